@@ -1,0 +1,696 @@
+"""GRPO trainer for a Qwen3 terminal agent: `torchrun --nproc_per_node 8 grpo.py --model Qwen3-8B --tp 4`.
+
+One rollout step:
+  1. take `rollout_batch_size` tasks (seeded shuffle, epoch by epoch) and play `n_samples_per_prompt`
+     episodes of each, split over all ranks; every rank plays its share with a transformers replica of
+     the policy and its own Docker sandboxes (rollout.py), then the trajectories are all-gathered;
+  2. group advantages (r - mean) / (std + 1e-6) per task group, broadcast over the episode's tokens;
+     zero-variance groups carry no signal and are dropped (counted as `non_trainable_ratio`);
+  3. old and reference log-probs recomputed once per rollout on packed micro-batches;
+  4. `num_steps_per_rollout` AdamW steps over disjoint mini-batches, each sharded over data parallel:
+     clipped policy loss + kl_coef * k3(ref || policy);
+  5. the new weights are copied into the rollout replica.
+World = tensor parallel (--tp) x data parallel; the policy and the frozen reference are the
+hand-written tensor-parallel model of model_parallel.py.
+
+Deliberate simplifications: outcome reward only (no per-turn credit); rollout runs on a plain HF
+`generate` replica (no paged KV cache, no inference engine); data parallel is plain gradient
+all-reduce (no ZeRO sharding of optimizer state); no learning-rate schedule beyond a constant.
+"""
+import argparse
+import dataclasses
+import json
+import math
+import os
+import random
+import shutil
+import sys
+import time
+from collections import Counter, defaultdict
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from model_parallel import load_qwen3, vocab_parallel_entropy, vocab_parallel_logprobs
+from reward import RewardStats, pass_at_k, reward_buckets
+from rollout import RolloutConfig, Trajectory
+
+
+@dataclass
+class TrainConfig:
+    """Defaults are the reference recipe (Qwen3-8B, 8 GPUs, TP 4 x DP 2)."""
+    model: str = ""                       # Hugging Face Qwen3 directory (config.json, safetensors, tokenizer)
+    tasks: str = "data"                   # a directory of terminal-bench task directories
+    run_dir: str = "runs/grpo"            # metrics, checkpoints and the final export go here
+    tp: int = 1                           # tensor-parallel size; data parallel = world size / tp
+    seed: int = 0
+    num_rollouts: int = 311
+    rollout_batch_size: int = 16          # tasks (prompts) per rollout
+    n_samples_per_prompt: int = 8         # episodes per task: one GRPO group
+    max_turns: int = 10
+    max_new_tokens: int = 1024            # per model turn
+    max_context_tokens: int = 16384
+    temperature: float = 1.0
+    num_steps_per_rollout: int = 2        # optimizer steps (disjoint mini-batches) per rollout
+    lr: float = 1e-6
+    adam_beta1: float = 0.9
+    adam_beta2: float = 0.98
+    weight_decay: float = 0.1
+    kl_coef: float = 0.01                 # k3 estimator against the frozen reference
+    clip_eps: float = 0.2
+    clip_eps_high: float = -1.0           # < 0 means equal to clip_eps
+    grad_clip: float = 1.0
+    loss_aggregation: str = "sample_mean"  # "sample_mean" (reference recipe) or "token_mean"
+    keep_zero_std_groups: bool = False
+    micro_batch_tokens: int = 16384       # token budget of one packed forward/backward
+    gradient_checkpointing: bool = False
+    save_interval: int = 10               # rollouts between checkpoints (0: never)
+    keep_checkpoints: int = 3
+    task_table_interval: int = 10         # rollouts between per-task tables
+    resume: bool = False
+    eval_only: bool = False
+    eval_k: int = 8                       # samples per task for --eval-only (pass@1 .. pass@k)
+    export_hf: bool = True                # write a Hugging Face checkpoint at the end
+    tensorboard: bool = False
+    wandb_project: str = ""
+
+
+# ----------------------------------------------------------------------------- distributed helpers
+
+@dataclass
+class Dist:
+    rank: int
+    world: int
+    tp_rank: int
+    tp_size: int
+    dp_rank: int
+    dp_size: int
+    tp_group: object
+    dp_group: object
+    device: torch.device
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+
+def setup_distributed(tp: int) -> Dist:
+    """torchrun sets RANK/WORLD_SIZE; a plain `python grpo.py` becomes a world of one."""
+    if not dist.is_initialized():
+        if "RANK" not in os.environ:
+            os.environ.update(RANK="0", WORLD_SIZE="1", LOCAL_RANK="0", MASTER_ADDR="127.0.0.1")
+            os.environ.setdefault("MASTER_PORT", str(29500 + os.getpid() % 1000))
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        if backend == "nccl":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group(backend)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    assert world % tp == 0, f"world size {world} is not divisible by --tp {tp}: choose a tp that divides it"
+    # Consecutive ranks form a TP group (they share a node's fast links); same tp_rank forms a DP group.
+    # Every rank must create every group, in the same order.
+    tp_groups = [dist.new_group(list(range(d * tp, (d + 1) * tp))) for d in range(world // tp)]
+    dp_groups = [dist.new_group(list(range(t, world, tp))) for t in range(tp)]
+    device = torch.device("cuda", torch.cuda.current_device()) if torch.cuda.is_available() else torch.device("cpu")
+    return Dist(rank, world, rank % tp, tp, rank // tp, world // tp,
+                tp_groups[rank // tp], dp_groups[rank % tp], device)
+
+
+def print0(*args, **kwargs):
+    if not dist.is_initialized() or dist.get_rank() == 0:
+        print(*args, **kwargs, flush=True)
+
+
+def all_gather_objects(obj, group=None) -> list:
+    out = [None] * dist.get_world_size(group)
+    dist.all_gather_object(out, obj, group=group)
+    return out
+
+
+# ----------------------------------------------------------------------------- GRPO math
+
+def group_advantages(rewards: list[float], group_ids: list[int], eps: float = 1e-6):
+    """(r - mean) / (std + eps) within each group (unbiased std). Returns (advantages, trainable flags):
+    single-member and zero-variance groups get advantage 0 and are flagged as carrying no signal."""
+    members = defaultdict(list)
+    for i, g in enumerate(group_ids):
+        members[g].append(i)
+    advantages, trainable = [0.0] * len(rewards), [False] * len(rewards)
+    for idx in members.values():
+        r = torch.tensor([rewards[i] for i in idx], dtype=torch.float64)
+        if len(idx) < 2 or r.std().item() == 0.0:
+            continue
+        normalised = (r - r.mean()) / (r.std() + eps)
+        for i, a in zip(idx, normalised.tolist()):
+            advantages[i], trainable[i] = a, True
+    return advantages, trainable
+
+
+def grpo_token_losses(logprobs, old_logprobs, ref_logprobs, advantages, clip_low: float, clip_high: float,
+                      kl_coef: float):
+    """Per-token loss = max(-ratio*A, -clip(ratio, 1-lo, 1+hi)*A) + kl_coef * k3, all [T].
+    k3 = exp(d) - 1 - d with d = logp_ref - logp: unbiased for KL(policy || ref) and always >= 0."""
+    ratio = torch.exp(logprobs - old_logprobs)
+    unclipped = -ratio * advantages
+    clipped = -torch.clamp(ratio, 1.0 - clip_low, 1.0 + clip_high) * advantages
+    policy_loss = torch.maximum(unclipped, clipped)
+    log_ref_ratio = ref_logprobs - logprobs
+    kl = torch.exp(log_ref_ratio) - 1.0 - log_ref_ratio
+    return policy_loss + kl_coef * kl, policy_loss, kl, (clipped > unclipped)
+
+
+def loss_token_weights(loss_masks: list[torch.Tensor], aggregation: str) -> list[torch.Tensor]:
+    """Per-token weights whose sum over the whole (global) mini-batch is 1, so that
+    loss = sum(token_loss * weight) is the chosen mean. The denominator is fixed here, once per step:
+      sample_mean: mean over samples of each sample's masked token mean (the reference recipe);
+      token_mean:  masked token sum / masked token count of the mini-batch."""
+    if aggregation == "sample_mean":
+        loss_denominator = len(loss_masks)
+        return [m / (m.sum().clamp(min=1) * loss_denominator) for m in loss_masks]
+    if aggregation == "token_mean":
+        loss_denominator = max(sum(int(m.sum()) for m in loss_masks), 1)
+        return [m / loss_denominator for m in loss_masks]
+    raise ValueError(f"unknown loss_aggregation {aggregation!r}: use 'sample_mean' or 'token_mean'")
+
+
+def pack_by_tokens(lengths: list[int], token_budget: int) -> list[list[int]]:
+    """Greedy packing, in order, of sequences into micro-batches of at most `token_budget` tokens
+    (a longer sequence gets a micro-batch of its own)."""
+    batches, current, used = [], [], 0
+    for i, n in enumerate(lengths):
+        if current and used + n > token_budget:
+            batches.append(current)
+            current, used = [], 0
+        current.append(i)
+        used += n
+    return batches + ([current] if current else [])
+
+
+def split_balanced(items: list[int], lengths: list[int], parts: int) -> list[list[int]]:
+    """Split items over `parts` ranks, longest first onto the least-loaded rank (balances tokens)."""
+    shards, load = [[] for _ in range(parts)], [0] * parts
+    for i in sorted(items, key=lambda i: -lengths[i]):
+        p = load.index(min(load))
+        shards[p].append(i)
+        load[p] += lengths[i]
+    return [sorted(s) for s in shards]
+
+
+@dataclass
+class PackedBatch:
+    """Trajectories packed into one row, aligned so position t predicts token t+1."""
+    input_ids: torch.Tensor      # [T]
+    position_ids: torch.Tensor   # [T]
+    cu_seqlens: torch.Tensor     # [B+1] int32
+    targets: torch.Tensor        # [T] next token (0 at each sequence's last position)
+    action_mask: torch.Tensor    # [T] 1.0 where the target token was generated by the policy
+    index: list[int]             # which trajectories, in order
+
+    @staticmethod
+    def build(trajectories: list[Trajectory], index: list[int], device) -> "PackedBatch":
+        ids, pos, tgt, mask, cu = [], [], [], [], [0]
+        for i in index:
+            t = trajectories[i]
+            n = len(t.tokens)
+            ids.append(torch.tensor(t.tokens))
+            pos.append(torch.arange(n))
+            tgt.append(torch.tensor(t.tokens[1:] + [0]))
+            mask.append(torch.tensor(t.loss_mask[1:] + [0], dtype=torch.float32))
+            cu.append(cu[-1] + n)
+        return PackedBatch(torch.cat(ids).to(device), torch.cat(pos).to(device),
+                           torch.tensor(cu, dtype=torch.int32, device=device),
+                           torch.cat(tgt).to(device), torch.cat(mask).to(device), list(index))
+
+    def split(self, per_token: torch.Tensor) -> list[torch.Tensor]:
+        """[T] -> one tensor per trajectory."""
+        return list(per_token.split(torch.diff(self.cu_seqlens).tolist()))
+
+
+# ----------------------------------------------------------------------------- task sampling
+
+class TaskSampler:
+    """Seeded shuffle of the task list, epoch by epoch; (epoch, position) is all the state a resume needs."""
+
+    def __init__(self, num_tasks: int, seed: int):
+        self.num_tasks, self.seed, self.epoch, self.position = num_tasks, seed, 0, 0
+
+    def _order(self) -> list[int]:
+        return np.random.default_rng([self.seed, self.epoch]).permutation(self.num_tasks).tolist()
+
+    def next_batch(self, batch_size: int) -> list[int]:
+        batch = []
+        while len(batch) < batch_size:
+            order = self._order()
+            take = order[self.position:self.position + batch_size - len(batch)]
+            batch += take
+            self.position += len(take)
+            if self.position >= self.num_tasks:
+                self.epoch, self.position = self.epoch + 1, 0
+        return batch
+
+    def state_dict(self) -> dict:
+        return {"epoch": self.epoch, "position": self.position}
+
+    def load_state_dict(self, state: dict):
+        self.epoch, self.position = state["epoch"], state["position"]
+
+
+# ----------------------------------------------------------------------------- environments
+
+class TerminalEnvironment:
+    """Plays terminal-bench tasks as multi-turn tool-calling episodes in Docker sandboxes."""
+
+    def __init__(self, cfg: TrainConfig, tokenizer, d: Dist):
+        from sandbox import build_task_images, cleanup_stale_containers, load_tasks
+        self.tasks = load_tasks(cfg.tasks)  # validates every task before the first step
+        self.names = [t.task_id for t in self.tasks]
+        self.tokenizer = tokenizer
+        self.rollout_config = RolloutConfig(max_turns=cfg.max_turns, max_new_tokens=cfg.max_new_tokens,
+                                            max_context_tokens=cfg.max_context_tokens, temperature=cfg.temperature)
+        # One rank per machine removes what a crashed earlier run left and builds the images (in
+        # parallel); the others wait and then find every image cached.
+        if int(os.environ.get("LOCAL_RANK", 0)) == 0:
+            cleanup_stale_containers()
+            self.images = build_task_images(self.tasks)
+        dist.barrier()
+        if int(os.environ.get("LOCAL_RANK", 0)) != 0:
+            self.images = build_task_images(self.tasks)
+
+    def play(self, episodes: list[tuple[int, int, int]], model) -> list[Trajectory]:
+        """episodes: (task index, group id, sample index) triples; returns one trajectory each."""
+        from rollout import HFGenerator, run_episodes
+        generate = HFGenerator(model, self.tokenizer, self.rollout_config)
+        return run_episodes([self.tasks[i] for i, _, _ in episodes], [g for _, g, _ in episodes], generate,
+                            self.tokenizer, self.rollout_config, images=self.images)
+
+
+# ----------------------------------------------------------------------------- the trainer
+
+class GRPOTrainer:
+    def __init__(self, cfg: TrainConfig, environment=None):
+        from transformers import AutoModelForCausalLM, AutoTokenizer
+        self.cfg = cfg
+        self.d = d = setup_distributed(cfg.tp)
+        self.run_dir = Path(cfg.run_dir)
+        self.ckpt_root = self.run_dir / "checkpoints"
+        if d.is_main:
+            self.ckpt_root.mkdir(parents=True, exist_ok=True)
+        if not (Path(cfg.model) / "config.json").is_file():
+            raise FileNotFoundError(f"--model {cfg.model!r}: no config.json there; pass a Hugging Face Qwen3 directory")
+        # Rollout sampling differs per rank; everything else is seeded identically everywhere.
+        torch.manual_seed(cfg.seed + d.rank)
+        random.seed(cfg.seed)
+        on_gpu = d.device.type == "cuda"
+        # fp32 master weights for the optimizer; bf16 compute on GPU happens inside the model.
+        self.policy = load_qwen3(cfg.model, tp_group=d.tp_group, device=d.device, dtype=torch.float32)
+        self.policy.gradient_checkpointing = cfg.gradient_checkpointing
+        self.reference = load_qwen3(cfg.model, tp_group=d.tp_group, device=d.device,
+                                    dtype=torch.bfloat16 if on_gpu else torch.float32)
+        self.reference.requires_grad_(False).eval()
+        self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
+                                           betas=(cfg.adam_beta1, cfg.adam_beta2))
+        self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
+        self.replica = AutoModelForCausalLM.from_pretrained(
+            cfg.model, dtype=torch.bfloat16 if on_gpu else torch.float32).to(d.device).eval()
+        self.environment = environment or TerminalEnvironment(cfg, self.tokenizer, d)
+        self.sampler = TaskSampler(len(self.environment.names), cfg.seed)
+        self.stats = RewardStats()
+        self.step = 0
+        self.logger = MetricsLogger(self.run_dir, cfg) if d.is_main else None
+
+    # ------------------------------------------------------------------ rollout
+    def play(self, episodes: list[tuple[int, int, int]]) -> list[Trajectory]:
+        """Every rank plays episodes[rank::world]; all ranks get back the full list in order."""
+        d = self.d
+        local = self.environment.play(episodes[d.rank::d.world], self.replica) if episodes[d.rank::d.world] else []
+        trajectories = [None] * len(episodes)
+        for r, played in enumerate(all_gather_objects(local)):
+            for k, t in enumerate(played):
+                trajectories[r + k * d.world] = t
+        return trajectories
+
+    # ------------------------------------------------------------------ log-probs
+    def _packed_logprobs(self, model, trajectories, items, with_entropy=False):
+        """{trajectory index: [len] log-probs of each next token} over packed no-grad micro-batches."""
+        logprobs, entropy = {}, {}
+        lengths = [len(trajectories[i].tokens) for i in items]
+        with torch.no_grad():
+            for micro in pack_by_tokens(lengths, self.cfg.micro_batch_tokens):
+                batch = PackedBatch.build(trajectories, [items[j] for j in micro], self.d.device)
+                logits = model(batch.input_ids, batch.position_ids, batch.cu_seqlens)  # [T, V/tp]
+                lp = vocab_parallel_logprobs(logits, batch.targets, self.d.tp_group).float()
+                logprobs.update(zip(batch.index, batch.split(lp)))
+                if with_entropy:
+                    ent = vocab_parallel_entropy(logits, self.d.tp_group).float()
+                    entropy.update(zip(batch.index, batch.split(ent * batch.action_mask)))
+        return logprobs, entropy
+
+    # ------------------------------------------------------------------ update
+    def update(self, trajectories: list[Trajectory]) -> dict:
+        cfg, d = self.cfg, self.d
+        rewards = [t.reward.reward if t.reward is not None else 0.0 for t in trajectories]
+        advantages, trainable = group_advantages(rewards, [t.group_id for t in trajectories])
+        groups = Counter(t.group_id for t in trajectories)
+        signal_groups = {t.group_id for t, ok in zip(trajectories, trainable) if ok}
+        metrics = {"non_trainable_ratio": 1.0 - len(signal_groups) / max(len(groups), 1)}
+        train_items = [i for i in range(len(trajectories)) if trainable[i] or cfg.keep_zero_std_groups]
+        if not train_items:
+            return metrics
+        lengths = [len(t.tokens) for t in trajectories]
+        order = list(train_items)
+        random.Random(cfg.seed * 1_000_003 + self.step).shuffle(order)
+        n_steps = min(cfg.num_steps_per_rollout, len(order))
+        minibatches = [sorted(order[k::n_steps]) for k in range(n_steps)]
+        my_shards = [split_balanced(mb, lengths, d.dp_size)[d.dp_rank] for mb in minibatches]
+        masks = {i: torch.tensor(trajectories[i].loss_mask[1:] + [0], dtype=torch.float32, device=d.device)
+                 for i in train_items}
+
+        t0 = time.time()
+        my_items = sorted(i for shard in my_shards for i in shard)
+        old_logprobs, entropy = self._packed_logprobs(self.policy, trajectories, my_items, with_entropy=True)
+        ref_logprobs, _ = self._packed_logprobs(self.reference, trajectories, my_items)
+        metrics["time/logprobs"] = time.time() - t0
+
+        t0 = time.time()
+        sums = torch.zeros(5, dtype=torch.float64, device=d.device)  # kl, clipped, entropy, policy loss, tokens
+        grad_norms = []
+        self.policy.train()
+        for minibatch, mine in zip(minibatches, my_shards):
+            # The denominator covers the whole global mini-batch, so DP shards sum to the exact mean.
+            weights = dict(zip(minibatch, loss_token_weights([masks[i] for i in minibatch], cfg.loss_aggregation)))
+            self.optimizer.zero_grad(set_to_none=False)
+            for micro in pack_by_tokens([lengths[i] for i in mine], cfg.micro_batch_tokens):
+                batch = PackedBatch.build(trajectories, [mine[j] for j in micro], d.device)
+                logits = self.policy(batch.input_ids, batch.position_ids, batch.cu_seqlens)  # [T, V/tp]
+                logprobs = vocab_parallel_logprobs(logits, batch.targets, d.tp_group).float()
+                cat = lambda per_item: torch.cat([per_item[i] for i in batch.index])  # noqa: E731
+                adv = torch.cat([torch.full((lengths[i],), advantages[i], device=d.device) for i in batch.index])
+                token_loss, policy_loss, kl, clipped = grpo_token_losses(
+                    logprobs, cat(old_logprobs), cat(ref_logprobs), adv, cfg.clip_eps,
+                    cfg.clip_eps if cfg.clip_eps_high < 0 else cfg.clip_eps_high, cfg.kl_coef)
+                (token_loss * cat(weights)).sum().backward()
+                m = batch.action_mask
+                with torch.no_grad():
+                    sums += torch.stack([(kl * m).sum(), (clipped * m).sum(), (cat(entropy) * m).sum(),
+                                         (policy_loss * m).sum(), m.sum()]).double()
+            grad_norms.append(self._reduce_and_clip_gradients())
+            self.optimizer.step()
+        self.policy.eval()
+        dist.all_reduce(sums, group=d.dp_group)
+        kl, clipped, ent, pl, tokens = sums.tolist()
+        metrics.update({"kl": kl / max(tokens, 1), "clip_fraction": clipped / max(tokens, 1),
+                        "entropy": ent / max(tokens, 1), "policy_loss": pl / max(tokens, 1),
+                        "grad_norm": sum(grad_norms) / len(grad_norms), "trained_tokens": tokens,
+                        "lr": self.optimizer.param_groups[0]["lr"], "time/update": time.time() - t0})
+        metrics["tokens_per_s"] = tokens / max(metrics["time/update"] + metrics["time/logprobs"], 1e-9)
+        return metrics
+
+    def _reduce_and_clip_gradients(self) -> float:
+        """Sum gradients over data parallel, then clip by the global norm. A TP-sharded parameter's
+        squared norm is summed over the TP group; a replicated one (norm weights) counts once."""
+        d = self.d
+        params = [p for p in self.policy.parameters() if p.grad is not None]
+        if d.dp_size > 1:  # one flat all-reduce instead of one per tensor
+            flat = torch.cat([p.grad.reshape(-1) for p in params])
+            dist.all_reduce(flat, group=d.dp_group)
+            offset = 0
+            for p in params:
+                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
+                offset += p.numel()
+        sharded = torch.zeros((), dtype=torch.float64, device=d.device)
+        replicated = torch.zeros((), dtype=torch.float64, device=d.device)
+        for p in params:
+            sq = p.grad.double().pow(2).sum()
+            if getattr(p, "tp_sharded", False):
+                sharded += sq
+            else:
+                replicated += sq
+        if d.tp_size > 1:
+            dist.all_reduce(sharded, group=d.tp_group)
+        total_norm = math.sqrt((sharded + replicated).item())
+        if self.cfg.grad_clip > 0 and total_norm > self.cfg.grad_clip:
+            for p in params:
+                p.grad.mul_(self.cfg.grad_clip / (total_norm + 1e-6))
+        return total_norm
+
+    def sync_rollout_weights(self):
+        """Copy the policy's (gathered) weights into this rank's transformers replica."""
+        own = self.replica.state_dict()
+        with torch.no_grad():
+            for name, tensor in self.policy.full_state_dict().items():
+                own[name].copy_(tensor)
+
+    # ------------------------------------------------------------------ one rollout step and the loop
+    def train_step(self) -> dict:
+        cfg = self.cfg
+        t0 = time.time()
+        task_indices = self.sampler.next_batch(cfg.rollout_batch_size)
+        group_base = self.step * cfg.rollout_batch_size
+        episodes = [(ti, group_base + j, s) for j, ti in enumerate(task_indices)
+                    for s in range(cfg.n_samples_per_prompt)]
+        trajectories = self.play(episodes)
+        metrics = {"step": self.step + 1, "time/rollout": time.time() - t0}
+        metrics.update(self.rollout_metrics(trajectories))
+        metrics.update(self.update(trajectories))
+        t0 = time.time()
+        self.sync_rollout_weights()
+        metrics["time/weight_sync"] = time.time() - t0
+        metrics["time/step"] = sum(v for k, v in metrics.items() if k in
+                                   ("time/rollout", "time/logprobs", "time/update", "time/weight_sync"))
+        self.step += 1
+        return metrics
+
+    def rollout_metrics(self, trajectories: list[Trajectory]) -> dict:
+        rewards = [t.reward.reward if t.reward else 0.0 for t in trajectories]
+        for t, r in zip(trajectories, rewards):
+            self.stats.update(t.task_id, r)
+        statuses = Counter(t.status for t in trajectories)
+        response_tokens = [sum(t.loss_mask) for t in trajectories]
+        n = max(len(trajectories), 1)
+        return {
+            "reward": sum(rewards) / n,
+            "score": sum(2 * r - 1 for r in rewards) / n,
+            "strict_success": sum(r >= 0.99 for r in rewards) / n,
+            **{f"bucket/{k}": v for k, v in reward_buckets(rewards).items()},
+            **{f"status/{s}": statuses.get(s, 0) for s in
+               ("completed", "truncated", "timeout", "parse_error", "sandbox_error")},
+            "turns": sum(t.num_turns for t in trajectories) / n,
+            "response_tokens": sum(response_tokens) / n,
+            "sequence_tokens": sum(len(t.tokens) for t in trajectories) / n,
+            "time/generate_per_episode": sum(t.timings.get("generate", 0.0) for t in trajectories) / n,
+            "time/tools_per_episode": sum(t.timings.get("tools", 0.0) for t in trajectories) / n,
+            "time/reward_per_episode": sum(t.timings.get("reward", 0.0) for t in trajectories) / n,
+        }
+
+    def train(self):
+        from tqdm import tqdm
+        cfg = self.cfg
+        if cfg.resume:
+            self.load_latest_checkpoint()
+        bar = tqdm(total=cfg.num_rollouts, initial=self.step, desc="rollouts", disable=not self.d.is_main)
+        while self.step < cfg.num_rollouts:
+            metrics = self.train_step()
+            if self.logger:
+                self.logger.log(metrics)
+                bar.set_postfix(reward=f"{metrics['reward']:.3f}", kl=f"{metrics.get('kl', 0):.4f}",
+                                no_signal=f"{metrics['non_trainable_ratio']:.2f}")
+                if cfg.task_table_interval and self.step % cfg.task_table_interval == 0:
+                    self.logger.task_table(self.stats, self.environment.names, self.step)
+            bar.update(1)
+            if cfg.save_interval and self.step % cfg.save_interval == 0:
+                self.save_checkpoint()
+        bar.close()
+        if self.logger:
+            self.logger.task_table(self.stats, self.environment.names, self.step)
+        if cfg.export_hf:
+            out = self.run_dir / "hf"
+            self.policy.export_hf(out, tokenizer_src=cfg.model)
+            print0(f"exported a Hugging Face checkpoint to {out}")
+
+    def evaluate(self) -> dict:
+        """pass@1 .. pass@k per task and overall, with no updates (k = eval_k samples of every task)."""
+        cfg, names = self.cfg, self.environment.names
+        episodes = [(ti, ti, s) for ti in range(len(names)) for s in range(cfg.eval_k)]
+        trajectories = self.play(episodes)
+        ks = [k for k in (1, 2, 4, 8, 16, 32, 64) if k <= cfg.eval_k]
+        per_task = {}
+        for ti, name in enumerate(names):
+            rewards = [t.reward.reward if t.reward else 0.0 for t in trajectories if t.group_id == ti]
+            correct = sum(r >= 0.99 for r in rewards)
+            per_task[name] = {"n": len(rewards), "strict": correct, "mean_reward": sum(rewards) / len(rewards),
+                              **{f"pass@{k}": pass_at_k(len(rewards), correct, k) for k in ks}}
+        overall = {f"pass@{k}": sum(v[f"pass@{k}"] for v in per_task.values()) / len(per_task) for k in ks}
+        overall["mean_reward"] = sum(v["mean_reward"] for v in per_task.values()) / len(per_task)
+        result = {"overall": overall, "tasks": per_task}
+        if self.d.is_main:
+            (self.run_dir / "eval.json").write_text(json.dumps(result, indent=2))
+            print0(f"{'task':32s} {'mean':>6s} " + " ".join(f"{'pass@' + str(k):>8s}" for k in ks))
+            for name, v in per_task.items():
+                print0(f"{name:32s} {v['mean_reward']:6.3f} " + " ".join(f"{v[f'pass@{k}']:8.3f}" for k in ks))
+            print0(f"{'OVERALL':32s} {overall['mean_reward']:6.3f} " + " ".join(f"{overall[f'pass@{k}']:8.3f}" for k in ks))
+        return result
+
+    # ------------------------------------------------------------------ checkpoints
+    def _checkpoint_bytes(self) -> int:
+        """Bytes this rank would write: model shard + optimizer state (only DP rank 0 writes shards)."""
+        if self.d.dp_rank != 0:
+            return 0
+        n = sum(p.numel() * p.element_size() for p in self.policy.parameters())
+        return n + sum(t.numel() * t.element_size() for s in self.optimizer.state.values()
+                       for t in s.values() if torch.is_tensor(t))
+
+    def save_checkpoint(self) -> bool:
+        """Write step-NNNNNN atomically (temp dir + rename) after checking free space; keep the last K.
+        Never raises: a checkpoint that cannot be written is skipped with a loud warning."""
+        d, name = self.d, f"step-{self.step:06d}"
+        tmp, final = self.ckpt_root / f".tmp-{name}", self.ckpt_root / name
+        need = torch.tensor([self._checkpoint_bytes()], dtype=torch.float64, device=d.device)
+        dist.all_reduce(need)
+        ok = torch.ones(1, device=d.device)
+        if d.is_main:
+            free = shutil.disk_usage(self.ckpt_root).free
+            if free < need.item() * 1.05 + 64 * 2**20:
+                print0(f"WARNING: skipping checkpoint {name}: it needs ~{need.item() / 2**30:.2f} GiB, "
+                       f"{free / 2**30:.2f} GiB free in {self.ckpt_root}")
+                ok.zero_()
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
+                tmp.mkdir(parents=True)
+        dist.broadcast(ok, 0)
+        if not ok.item():
+            return False
+        try:
+            if d.dp_rank == 0:
+                torch.save({"model": self.policy.state_dict(), "optimizer": self.optimizer.state_dict()},
+                           tmp / f"shard-tp{d.tp_rank}.pt")
+            torch.save(rng_state(), tmp / f"rng-rank{d.rank}.pt")
+        except Exception as e:  # e.g. the disk filled up after all
+            print(f"WARNING: rank {d.rank} could not write checkpoint {name}: {e}", file=sys.stderr, flush=True)
+            ok.zero_()
+        dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+        if d.is_main:
+            if ok.item():
+                files = {p.name: p.stat().st_size for p in tmp.iterdir()}
+                meta = {"step": self.step, "sampler": self.sampler.state_dict(), "stats": self.stats.state_dict(),
+                        "world": d.world, "tp": d.tp_size, "files": files, "config": dataclasses.asdict(self.cfg)}
+                with open(tmp / "meta.json", "w") as f:
+                    json.dump(meta, f, indent=1)
+                    f.flush()
+                    os.fsync(f.fileno())
+                os.replace(tmp, final)  # the checkpoint exists only once it is complete
+                for old in sorted(self.ckpt_root.glob("step-*"))[:-self.cfg.keep_checkpoints]:
+                    shutil.rmtree(old, ignore_errors=True)
+                print0(f"saved checkpoint {final}")
+            else:
+                shutil.rmtree(tmp, ignore_errors=True)
+                print0(f"WARNING: checkpoint {name} skipped (a rank failed to write it)")
+        dist.barrier()
+        return bool(ok.item())
+
+    def load_latest_checkpoint(self) -> bool:
+        """Resume from the newest checkpoint every rank can read; incomplete or corrupt ones are skipped."""
+        d = self.d
+        for ckpt in sorted(self.ckpt_root.glob("step-*"), reverse=True):
+            loaded, problem = None, ""
+            try:
+                meta = json.loads((ckpt / "meta.json").read_text())
+                if (meta["world"], meta["tp"]) != (d.world, d.tp_size):
+                    raise ValueError(f"written with world {meta['world']} / tp {meta['tp']}, "
+                                     f"this run has world {d.world} / tp {d.tp_size}")
+                for fname, size in meta["files"].items():
+                    if (ckpt / fname).stat().st_size != size:
+                        raise ValueError(f"{fname} is truncated")
+                shard = torch.load(ckpt / f"shard-tp{d.tp_rank}.pt", map_location=d.device, weights_only=False)
+                rng = torch.load(ckpt / f"rng-rank{d.rank}.pt", weights_only=False)
+                loaded = (meta, shard, rng)
+            except Exception as e:
+                problem = f"{type(e).__name__}: {e}"
+            ok = torch.tensor([1.0 if loaded else 0.0], device=d.device)
+            dist.all_reduce(ok, op=dist.ReduceOp.MIN)
+            if not ok.item():
+                print0(f"skipping checkpoint {ckpt}: unreadable on some rank ({problem or 'see that rank'})")
+                continue
+            meta, shard, rng = loaded
+            self.policy.load_state_dict(shard["model"])
+            self.optimizer.load_state_dict(shard["optimizer"])
+            set_rng_state(rng)
+            self.step = meta["step"]
+            self.sampler.load_state_dict(meta["sampler"])
+            self.stats.load_state_dict(meta["stats"])
+            self.sync_rollout_weights()
+            print0(f"resumed from {ckpt} (step {self.step})")
+            return True
+        print0(f"no usable checkpoint in {self.ckpt_root}: starting from step 0")
+        return False
+
+
+def rng_state() -> dict:
+    return {"torch": torch.get_rng_state(), "python": random.getstate(), "numpy": np.random.get_state(),
+            "cuda": torch.cuda.get_rng_state() if torch.cuda.is_available() else None}
+
+
+def set_rng_state(state: dict):
+    torch.set_rng_state(state["torch"])
+    random.setstate(state["python"])
+    np.random.set_state(state["numpy"])
+    if state["cuda"] is not None and torch.cuda.is_available():
+        torch.cuda.set_rng_state(state["cuda"])
+
+
+# ----------------------------------------------------------------------------- metrics (rank 0)
+
+class MetricsLogger:
+    """metrics.jsonl (one line per rollout), tasks.md (per-task table), optional TensorBoard / W&B."""
+
+    def __init__(self, run_dir: Path, cfg: TrainConfig):
+        run_dir.mkdir(parents=True, exist_ok=True)
+        self.jsonl = open(run_dir / "metrics.jsonl", "a")
+        self.tasks_path = run_dir / "tasks.md"
+        self.tb = self.wandb = None
+        if cfg.tensorboard:
+            from torch.utils.tensorboard import SummaryWriter
+            self.tb = SummaryWriter(str(run_dir / "tensorboard"))
+        if cfg.wandb_project:
+            import wandb
+            self.wandb = wandb.init(project=cfg.wandb_project, config=dataclasses.asdict(cfg))
+
+    def log(self, metrics: dict):
+        self.jsonl.write(json.dumps(metrics) + "\n")
+        self.jsonl.flush()
+        if self.tb:
+            for k, v in metrics.items():
+                self.tb.add_scalar(k, v, metrics["step"])
+        if self.wandb:
+            self.wandb.log(metrics, step=metrics["step"])
+
+    def task_table(self, stats: RewardStats, names: list[str], step: int):
+        table = stats.table(names)
+        self.tasks_path.write_text(f"# Per-task rewards after rollout {step}\n\n{table}\n")
+        print0(table)
+
+
+def parse_config(argv=None) -> TrainConfig:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    for f in dataclasses.fields(TrainConfig):
+        flag = "--" + f.name.replace("_", "-")
+        if f.type in (bool, "bool"):
+            parser.add_argument(flag, action=argparse.BooleanOptionalAction, default=f.default)
+        else:
+            parser.add_argument(flag, type=type(f.default), default=f.default)
+    return TrainConfig(**vars(parser.parse_args(argv)))
+
+
+def main(argv=None):
+    cfg = parse_config(argv)
+    trainer = GRPOTrainer(cfg)
+    try:
+        trainer.evaluate() if cfg.eval_only else trainer.train()
+    finally:
+        dist.barrier()
+        dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

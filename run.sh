@@ -1,0 +1,39 @@
+#!/usr/bin/env bash
+# The main job: GRPO training of a Qwen3 terminal agent (grpo.py under torchrun).
+#
+#   MODEL=/models/Qwen3-8B bash run.sh             # the reference recipe: 8 GPUs, TP 4 x DP 2
+#   bash run.sh                                    # no GPU and no MODEL: a few-minute CPU demo
+#   NUM_ROLLOUTS=3 bash run.sh --resume            # extra arguments go to grpo.py
+#
+# Overrides from the environment: MODEL TASKS RUN_DIR NPROC TP NUM_ROLLOUTS ROLLOUT_BATCH_SIZE
+# N_SAMPLES MAX_TURNS MAX_NEW_TOKENS SAVE_INTERVAL LR. Multi-node: set TORCHRUN_ARGS
+# (e.g. "--nnodes 2 --node_rank 0 --rdzv_endpoint host:29500").
+set -euo pipefail
+cd "$(dirname "$0")"
+bash setup.sh
+PY=.venv/bin/python
+
+if $PY -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  : "${MODEL:?set MODEL to a Hugging Face Qwen3 directory (config.json, *.safetensors, tokenizer), e.g. Qwen3-8B}"
+  defaults=(NPROC=8 TP=4 NUM_ROLLOUTS=311 ROLLOUT_BATCH_SIZE=16 N_SAMPLES=8 MAX_TURNS=10 MAX_NEW_TOKENS=1024
+            SAVE_INTERVAL=10 LR=1e-6 RUN_DIR=runs/qwen3-grpo TASKS=data)
+else
+  if [ -z "${MODEL:-}" ]; then
+    # CPU demo: a tiny random Qwen3 with a locally built tokenizer, the bundled tasks in real sandboxes.
+    MODEL=runs/tiny-qwen3
+    [ -f "$MODEL/config.json" ] || $PY tiny_model.py "$MODEL"
+  fi
+  defaults=(NPROC=2 TP=2 NUM_ROLLOUTS=2 ROLLOUT_BATCH_SIZE=2 N_SAMPLES=2 MAX_TURNS=2 MAX_NEW_TOKENS=48
+            SAVE_INTERVAL=1 LR=1e-4 RUN_DIR=runs/cpu-demo TASKS=data)
+  export OMP_NUM_THREADS=${OMP_NUM_THREADS:-1}
+fi
+for kv in "${defaults[@]}"; do  # an environment variable wins over the default
+  name=${kv%%=*}
+  [ -n "${!name:-}" ] || export "$kv"
+done
+
+set -x
+exec $PY -m torch.distributed.run --nproc_per_node "$NPROC" ${TORCHRUN_ARGS:-} grpo.py \
+  --model "$MODEL" --tasks "$TASKS" --run-dir "$RUN_DIR" --tp "$TP" --num-rollouts "$NUM_ROLLOUTS" \
+  --rollout-batch-size "$ROLLOUT_BATCH_SIZE" --n-samples-per-prompt "$N_SAMPLES" --max-turns "$MAX_TURNS" \
+  --max-new-tokens "$MAX_NEW_TOKENS" --save-interval "$SAVE_INTERVAL" --lr "$LR" "$@"
