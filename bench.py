@@ -11,7 +11,103 @@ import argparse
 
 
 def bench_model(args):
-    raise NotImplementedError("bench.py model: not written yet")
+    """Forward+backward of target log-probs: our packed TP=1 Qwen3 vs HF eager on the padded batch (CPU, fp32).
+
+    Same weights, same tokens. Time: median of args.repeats steps. Peak: most CPU-allocator bytes alive
+    during one step above where it started (torch profiler memory events). A second row isolates the
+    log-prob kernel on one [T, V] logits tensor: ours chunked vs log_softmax + gather.
+    """
+    import json
+    import statistics
+    import tempfile
+    import time
+
+    import torch
+    from torch.profiler import ProfilerActivity, profile
+    from transformers import Qwen3Config, Qwen3ForCausalLM
+
+    from model_parallel import load_qwen3, vocab_parallel_logprobs
+
+    torch.manual_seed(0)
+    config = Qwen3Config(  # Qwen3-0.6B's shape in miniature: heads x head_dim (512) != hidden (256), tied
+        vocab_size=16384, hidden_size=256, intermediate_size=768, num_hidden_layers=4, num_attention_heads=8,
+        num_key_value_heads=4, head_dim=64, hidden_act="silu", max_position_embeddings=1024,
+        initializer_range=0.02, rms_norm_eps=1e-6, use_cache=False, tie_word_embeddings=True, rope_theta=1e6,
+        attention_bias=False, use_sliding_window=False, sliding_window=None, max_window_layers=4,
+        attention_dropout=0.0, pad_token_id=0, bos_token_id=None, eos_token_id=None)
+    lengths = [24, 200, 50, 320, 96, 16, 160, 64]  # agent turns vary a lot in length
+    with tempfile.TemporaryDirectory() as tmp:
+        Qwen3ForCausalLM(config).save_pretrained(tmp)
+        ours = load_qwen3(tmp)
+        hf = Qwen3ForCausalLM.from_pretrained(tmp, dtype=torch.float32, attn_implementation="eager")
+    seqs = [torch.randint(1, config.vocab_size, (n + 1,)) for n in lengths]  # inputs + next-token targets
+
+    # Ours: packed, flash-attn convention.
+    input_ids = torch.cat([s[:-1] for s in seqs])  # [T]
+    targets = torch.cat([s[1:] for s in seqs])  # [T]
+    position_ids = torch.cat([torch.arange(n) for n in lengths])
+    cu_seqlens = torch.tensor([0] + lengths).cumsum(0).to(torch.int32)
+    # HF: right-padded [B, Lmax] with an attention mask, the usual way to batch it.
+    padded_ids = torch.zeros(len(lengths), max(lengths), dtype=torch.long)
+    padded_targets = torch.zeros_like(padded_ids)
+    mask = torch.zeros_like(padded_ids)
+    for row, (seq, n) in enumerate(zip(seqs, lengths)):
+        padded_ids[row, :n], padded_targets[row, :n], mask[row, :n] = seq[:-1], seq[1:], 1
+
+    def ours_step():
+        logprobs = vocab_parallel_logprobs(ours(input_ids, position_ids, cu_seqlens), targets)  # [T]
+        (-logprobs.sum()).backward()
+
+    def hf_step():
+        logits = hf(input_ids=padded_ids, attention_mask=mask).logits  # [B, Lmax, V]
+        logprobs = torch.log_softmax(logits.float(), -1).gather(-1, padded_targets[..., None]).squeeze(-1)
+        (-(logprobs * mask).sum()).backward()
+
+    with torch.no_grad():
+        shared_logits = ours(input_ids, position_ids, cu_seqlens)  # [T, V]
+
+    def ours_logprobs_only():
+        logits = shared_logits.clone().requires_grad_()
+        (-vocab_parallel_logprobs(logits, targets).sum()).backward()
+
+    def hf_logprobs_only():
+        logits = shared_logits.clone().requires_grad_()
+        (-torch.log_softmax(logits.float(), -1).gather(-1, targets[:, None]).sum()).backward()
+
+    def measure(step, model):
+        def run():
+            if model is not None:
+                model.zero_grad(set_to_none=True)  # both sides allocate their gradients inside the step
+            step()
+        run()  # warm-up
+        times = []
+        for _ in range(args.repeats):
+            start = time.perf_counter()
+            run()
+            times.append(time.perf_counter() - start)
+        if model is not None:
+            model.zero_grad(set_to_none=True)
+        with tempfile.NamedTemporaryFile(suffix=".json") as trace, \
+                profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+            run()
+        prof.export_chrome_trace(trace.name)
+        with open(trace.name) as f:
+            events = [e["args"] for e in json.load(f)["traceEvents"] if e.get("name") == "[memory]"]
+        baseline = events[0]["Total Allocated"] - events[0]["Bytes"]
+        peak = max(e["Total Allocated"] for e in events) - baseline
+        return statistics.median(times), peak / 2**20
+
+    tokens, padded_tokens = sum(lengths), padded_ids.numel()
+    print(f"Qwen3 tiny (hidden {config.hidden_size}, {config.num_hidden_layers} layers, "
+          f"vocab {config.vocab_size}), {len(lengths)} sequences, {tokens} tokens packed / "
+          f"{padded_tokens} padded, {torch.get_num_threads()} threads, median of {args.repeats}")
+    print(f"{'':<38}{'':<20}{'ours':>9}{'HF':>9}{'ours/HF':>9}")
+    rows = [("fwd+bwd step (packed vs padded)", measure(ours_step, ours), measure(hf_step, hf)),
+            ("log-probs alone, same [T, V] logits", measure(ours_logprobs_only, None),
+             measure(hf_logprobs_only, None))]
+    for name, (ours_s, ours_mib), (hf_s, hf_mib) in rows:
+        print(f"{name:<38}{'time (s)':<20}{ours_s:>9.3f}{hf_s:>9.3f}{ours_s / hf_s:>9.2f}")
+        print(f"{'':<38}{'peak memory (MiB)':<20}{ours_mib:>9.1f}{hf_mib:>9.1f}{ours_mib / hf_mib:>9.2f}")
 
 
 def bench_sandbox(args):
@@ -19,11 +115,221 @@ def bench_sandbox(args):
 
 
 def bench_rollout(args):
-    raise NotImplementedError("bench.py rollout: not written yet")
+    """N episodes batched (one run_episodes call) vs one at a time (N calls), real Docker sandboxes.
+
+    The tiny random Qwen3 does the real decoding work (HFGenerator, max_new_tokens per turn); a
+    script then picks each reply's text so that every episode makes the same tool calls (write a file,
+    run a command, answer) and passes its tests. Tokens/s counts the tokens the model generated.
+    """
+    import json
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import docker
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from rollout import END_OF_TURN, HFGenerator, RolloutConfig, run_episodes
+    from sandbox import build_task_image, load_task
+    from tiny_model import make_tiny_qwen3
+
+    torch.set_num_threads(2)
+    n, max_new_tokens = 16, 32
+    script = ['<tool_call>\n{"name": "shell_write_content_to_file", "arguments": {"content": "3\\n4\\n5\\n", '
+              '"file_path": "numbers.txt"}}\n</tool_call>',
+              '<tool_call>\n{"name": "shell_exec", "arguments": {"id": "main", "command": '
+              '"paste -sd+ numbers.txt | bc > sum.txt && cat sum.txt"}}\n</tool_call>',
+              "The sum 12 is in /app/sum.txt."]
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_tiny_qwen3(Path(tmp) / "qwen3")
+        tokenizer = AutoTokenizer.from_pretrained(model_dir)
+        model = AutoModelForCausalLM.from_pretrained(model_dir)
+        task_dir = Path(tmp) / "bench-rollout-sum"
+        (task_dir / "tests").mkdir(parents=True)
+        (task_dir / "task.yaml").write_text("instruction: Write 3, 4, 5 to numbers.txt and their sum to sum.txt.\n")
+        (task_dir / "Dockerfile").write_text("FROM terminal-grpo-base:bookworm\nWORKDIR /app\n")
+        (task_dir / "solution.sh").write_text("#!/bin/bash\nprintf '3\\n4\\n5\\n' > numbers.txt; echo 12 > sum.txt\n")
+        (task_dir / "tests" / "test_outputs.py").write_text(
+            "def test_numbers():\n    assert open('/app/numbers.txt').read().split() == ['3', '4', '5']\n\n"
+            "def test_sum():\n    assert open('/app/sum.txt').read().strip() == '12'\n")
+        task = load_task(task_dir)
+        image = build_task_image(task)
+        config = RolloutConfig(max_turns=len(script), max_new_tokens=max_new_tokens)
+        generator = HFGenerator(model, tokenizer, config)
+        eos_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+
+        class Policy:  # GenerateFn: real batched decoding, scripted reply text
+            def __init__(self):
+                self.calls, self.tokens = [], 0  # (start, end) of each generate call
+
+            def __call__(self, prompts):
+                start = time.monotonic()
+                self.tokens += sum(len(ids) for ids, _ in generator(prompts))
+                self.calls.append((start, time.monotonic()))
+                turns = [tokenizer.decode(p).count("<|im_start|>assistant") - 1 for p in prompts]
+                return [(ids, [0.0] * len(ids)) for ids in
+                        (tokenizer.encode(script[t], add_special_tokens=False) + [eos_id] for t in turns)]
+
+        def measure(batch_sizes):
+            policy, trajectories, start = Policy(), [], time.monotonic()
+            for size in batch_sizes:
+                trajectories += run_episodes([task] * size, list(range(size)), policy, tokenizer, config,
+                                             {task.task_id: image})
+            return time.monotonic() - start, policy, trajectories, start
+
+        measure([1])  # warm-up: image, docker, torch
+        rows = {"one at a time": measure([1] * n), f"batched ({n})": measure([n])}
+        docker.from_env().images.remove(image, force=True)
+
+    print(f"rollout: {n} episodes x {len(script)} turns, tiny random Qwen3 decoding up to {max_new_tokens} "
+          "tokens per turn (reply text scripted), real sandboxes and tests")
+    print(f"{'':16} {'wall s':>8} {'episodes/s':>11} {'gen tokens/s':>13} {'rewards':>8}")
+    for name, (wall, policy, trajectories, _) in rows.items():
+        rewards = sum(t.reward.reward for t in trajectories)
+        print(f"{name:16} {wall:8.1f} {n / wall:11.2f} {policy.tokens / wall:13.0f} {rewards:5.0f}/{n}")
+    (seq_wall, seq_policy, _, _), (wall, policy, trajectories, start) = rows.values()
+    print(f"speed-up batched / one at a time: {seq_wall / wall:.1f}x episodes/s, "
+          f"{policy.tokens / wall / (seq_policy.tokens / seq_wall):.1f}x tokens/s")
+    generate = sum(end - begin for begin, end in policy.calls)
+    between = sum(b[0] - a[1] for a, b in zip(policy.calls, policy.calls[1:]))
+    first, tail = policy.calls[0][0] - start, start + wall - policy.calls[-1][1]
+    split = {"generate": generate, "sandbox start (before 1st generate)": first,
+             "between generates (tool calls)": between, "after last generate (last tools, tests)": tail}
+    print("batched wall-time split: " + ", ".join(f"{k} {v:.1f} s ({100 * v / wall:.0f}%)" for k, v in split.items()))
+    tools, tests = (sum(t.timings[k] for t in trajectories) for k in ("tools", "reward"))
+    print(f"tool calls: {tools:.1f} s summed over episodes ran in {between:.1f} s of wall time between generates "
+          f"({tools / max(between, 1e-9):.1f}x concurrency); tests: {tests:.1f} s summed over episodes")
+    print(json.dumps({"episodes_per_s": {"sequential": n / seq_wall, "batched": n / wall},
+                      "speedup": seq_wall / wall, "split_s": split}))
 
 
 def bench_train(args):
-    raise NotImplementedError("bench.py train: not written yet")
+    """Training-step throughput: grpo.py's real update path (TP=1: packed log-prob recompute of policy and
+    reference, then AdamW steps on the clipped GRPO + k3 loss) vs the same work done the usual way with
+    HF transformers (padded batches, full log_softmax). Same weights, trajectories and loss. Then the
+    step-time split of the CPU demo (`bash run.sh`), read from its metrics.jsonl.
+    """
+    import json
+    import os
+    import statistics
+    import tempfile
+    import time
+    from pathlib import Path
+
+    import torch
+    from transformers import AutoModelForCausalLM
+
+    import grpo
+    from reward import RewardResult
+    from rollout import Trajectory
+    from tiny_model import make_tiny_qwen3
+
+    class NoEnvironment:  # the bench feeds trajectories to update() directly
+        names = ["bench"]
+
+    torch.manual_seed(0)
+    lengths = [96, 400, 160, 640, 200, 48, 320, 128] * 2  # 16 episodes of varied length, groups of 4
+    with tempfile.TemporaryDirectory() as tmp:
+        model_dir = make_tiny_qwen3(Path(tmp) / "m", tied=False, hidden_size=256, intermediate_size=768,
+                                    num_hidden_layers=4, num_attention_heads=8, num_key_value_heads=4, head_dim=32,
+                                    vocab_size=8192)
+        cfg = grpo.TrainConfig(model=str(model_dir), run_dir=str(Path(tmp) / "run"), lr=1e-5,
+                               micro_batch_tokens=1024, export_hf=False)
+        trainer = grpo.GRPOTrainer(cfg, NoEnvironment())
+        hf = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+        hf_ref = AutoModelForCausalLM.from_pretrained(model_dir, dtype=torch.float32, attn_implementation="sdpa")
+    hf_ref.requires_grad_(False)
+    hf_opt = torch.optim.AdamW(hf.parameters(), lr=cfg.lr, betas=(cfg.adam_beta1, cfg.adam_beta2),
+                               weight_decay=cfg.weight_decay)
+    trajectories = []
+    for i, n in enumerate(lengths):
+        tokens = torch.randint(0, 8192, (n,)).tolist()
+        prompt = n // 4
+        r = float(torch.rand(()))
+        trajectories.append(Trajectory(
+            task_id="bench", group_id=i // 4, tokens=tokens, loss_mask=[0] * prompt + [1] * (n - prompt),
+            sampling_logprobs=[0.0] * n, turns=[], tool_calls=[], status="completed",
+            reward=RewardResult(passed=0, total=1, reward=r, strict=False, reason="", tests={}), timings={},
+            num_turns=1))
+    advantages, _ = grpo.group_advantages([t.reward.reward for t in trajectories], [t.group_id for t in trajectories])
+
+    def hf_logprobs(model, rows):
+        """Padded [B, L] forward; log-probs of each next token: [B, L-1]."""
+        width = max(len(trajectories[i].tokens) for i in rows)
+        ids = torch.zeros(len(rows), width, dtype=torch.long)
+        attn = torch.zeros_like(ids)
+        for r, i in enumerate(rows):
+            ids[r, :len(trajectories[i].tokens)] = torch.tensor(trajectories[i].tokens)
+            attn[r, :len(trajectories[i].tokens)] = 1
+        logits = model(input_ids=ids, attention_mask=attn).logits[:, :-1]  # [B, L-1, V]
+        return torch.log_softmax(logits.float(), -1).gather(-1, ids[:, 1:, None]).squeeze(-1), attn
+
+    def hf_update():
+        """The same rollout update, HF style: micro-batches of as many sequences as ours packs."""
+        order = list(range(len(trajectories)))
+        minibatches = [order[k::cfg.num_steps_per_rollout] for k in range(cfg.num_steps_per_rollout)]
+        per_micro = max(1, len(trajectories) * cfg.micro_batch_tokens // sum(lengths))
+        old, ref = {}, {}
+        with torch.no_grad():
+            for start in range(0, len(order), per_micro):
+                rows = order[start:start + per_micro]
+                lp, _ = hf_logprobs(hf, rows)
+                rlp, _ = hf_logprobs(hf_ref, rows)
+                for r, i in enumerate(rows):
+                    n = len(trajectories[i].tokens) - 1
+                    old[i], ref[i] = lp[r, :n], rlp[r, :n]
+        for mb in minibatches:
+            masks = [torch.tensor(trajectories[i].loss_mask[1:], dtype=torch.float32) for i in mb]
+            weights = dict(zip(mb, grpo.loss_token_weights(masks, cfg.loss_aggregation)))
+            hf_opt.zero_grad()
+            for start in range(0, len(mb), per_micro):
+                rows = mb[start:start + per_micro]
+                lp, _ = hf_logprobs(hf, rows)  # [B, L-1]
+                old_lp, ref_lp, weight, adv = (torch.zeros_like(lp) for _ in range(4))
+                for r, i in enumerate(rows):
+                    n = len(trajectories[i].tokens) - 1
+                    old_lp[r, :n], ref_lp[r, :n], weight[r, :n] = old[i], ref[i], weights[i]
+                    adv[r] = advantages[i]
+                loss, _, _, _ = grpo.grpo_token_losses(lp, old_lp, ref_lp, adv, cfg.clip_eps, cfg.clip_eps,
+                                                       cfg.kl_coef)
+                (loss * weight).sum().backward()
+            torch.nn.utils.clip_grad_norm_(hf.parameters(), cfg.grad_clip)
+            hf_opt.step()
+
+    trained_tokens = sum(sum(t.loss_mask) for t in trajectories)
+    ours_times, hf_times = [], []
+    for repeat in range(args.repeats + 1):  # the first of each is a warm-up
+        trainer.step = repeat
+        start = time.perf_counter()
+        trainer.update(trajectories)
+        ours_times.append(time.perf_counter() - start)
+        start = time.perf_counter()
+        hf_update()
+        hf_times.append(time.perf_counter() - start)
+    ours_s, hf_s = statistics.median(ours_times[1:]), statistics.median(hf_times[1:])
+    print(f"GRPO update of one rollout: {len(trajectories)} episodes, {sum(lengths)} tokens "
+          f"({trained_tokens} trained), {cfg.num_steps_per_rollout} optimizer steps, hidden 256, 4 layers, "
+          f"vocab 8192, {torch.get_num_threads()} threads, median of {args.repeats}")
+    print(f"{'':<44}{'ours':>10}{'HF':>10}{'ours/HF':>9}")
+    print(f"{'step time: log-prob recompute + update (s)':<44}{ours_s:>10.3f}{hf_s:>10.3f}{ours_s / hf_s:>9.2f}")
+    print(f"{'trained tokens/s':<44}{trained_tokens / ours_s:>10.0f}{trained_tokens / hf_s:>10.0f}"
+          f"{hf_s / ours_s:>9.2f}")
+
+    demo = Path(os.environ.get("RUN_DIR", "runs/cpu-demo")) / "metrics.jsonl"
+    if not demo.exists():
+        print(f"\nCPU demo step split: no {demo} yet; run `bash run.sh` first")
+        return
+    steps = [json.loads(line) for line in open(demo)]
+    parts = ["time/rollout", "time/logprobs", "time/update", "time/weight_sync"]
+    mean = {p: statistics.mean(m.get(p, 0.0) for m in steps) for p in parts}
+    total = sum(mean.values())
+    print(f"\nCPU demo ({demo}, {len(steps)} steps): mean step {total:.2f} s")
+    for p in parts:
+        print(f"  {p[5:]:<14}{mean[p]:>8.2f} s  {100 * mean[p] / total:5.1f} %")
+    per_episode = {p: statistics.mean(m.get(p, 0.0) for m in steps)
+                   for p in ("time/generate_per_episode", "time/tools_per_episode", "time/reward_per_episode")}
+    print("  inside the rollout, per episode: " + ", ".join(f"{k[5:-12]} {v:.2f} s" for k, v in per_episode.items()))
 
 
 def main():

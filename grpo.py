@@ -303,12 +303,12 @@ class GRPOTrainer:
         torch.manual_seed(cfg.seed + d.rank)
         random.seed(cfg.seed)
         on_gpu = d.device.type == "cuda"
-        # fp32 master weights for the optimizer; bf16 compute on GPU happens inside the model.
-        self.policy = load_qwen3(cfg.model, tp_group=d.tp_group, device=d.device, dtype=torch.float32)
+        # fp32 master weights for the optimizer with bf16 autocast on GPU; the frozen reference is bf16.
+        bf16_on_gpu = torch.bfloat16 if on_gpu else None
+        self.policy = load_qwen3(cfg.model, d.tp_group, d.device, torch.float32, compute_dtype=bf16_on_gpu)
         self.policy.gradient_checkpointing = cfg.gradient_checkpointing
-        self.reference = load_qwen3(cfg.model, tp_group=d.tp_group, device=d.device,
-                                    dtype=torch.bfloat16 if on_gpu else torch.float32)
-        self.reference.requires_grad_(False).eval()
+        self.reference = load_qwen3(cfg.model, d.tp_group, d.device, bf16_on_gpu or torch.float32,
+                                    compute_dtype=bf16_on_gpu, frozen=True)
         self.optimizer = torch.optim.AdamW(self.policy.parameters(), lr=cfg.lr, weight_decay=cfg.weight_decay,
                                            betas=(cfg.adam_beta1, cfg.adam_beta2))
         self.tokenizer = AutoTokenizer.from_pretrained(cfg.model)
@@ -408,38 +408,27 @@ class GRPOTrainer:
         return metrics
 
     def _reduce_and_clip_gradients(self) -> float:
-        """Sum gradients over data parallel, then clip by the global norm. A TP-sharded parameter's
-        squared norm is summed over the TP group; a replicated one (norm weights) counts once."""
-        d = self.d
-        params = [p for p in self.policy.parameters() if p.grad is not None]
-        if d.dp_size > 1:  # one flat all-reduce instead of one per tensor
-            flat = torch.cat([p.grad.reshape(-1) for p in params])
-            dist.all_reduce(flat, group=d.dp_group)
+        """Sum gradients over data parallel (one flat all-reduce), then clip by the global norm, which
+        the TP model computes across its shards."""
+        if self.d.dp_size > 1:
+            for p in self.policy.parameters():  # a rank whose shard was empty still joins the reduction
+                if p.grad is None:
+                    p.grad = torch.zeros_like(p)
+            grads = [p.grad for p in self.policy.parameters()]
+            flat = torch.cat([g.reshape(-1) for g in grads])
+            dist.all_reduce(flat, group=self.d.dp_group)
             offset = 0
-            for p in params:
-                p.grad.copy_(flat[offset:offset + p.numel()].view_as(p.grad))
-                offset += p.numel()
-        sharded = torch.zeros((), dtype=torch.float64, device=d.device)
-        replicated = torch.zeros((), dtype=torch.float64, device=d.device)
-        for p in params:
-            sq = p.grad.double().pow(2).sum()
-            if getattr(p, "tp_sharded", False):
-                sharded += sq
-            else:
-                replicated += sq
-        if d.tp_size > 1:
-            dist.all_reduce(sharded, group=d.tp_group)
-        total_norm = math.sqrt((sharded + replicated).item())
-        if self.cfg.grad_clip > 0 and total_norm > self.cfg.grad_clip:
-            for p in params:
-                p.grad.mul_(self.cfg.grad_clip / (total_norm + 1e-6))
-        return total_norm
+            for g in grads:
+                g.copy_(flat[offset:offset + g.numel()].view_as(g))
+                offset += g.numel()
+        return self.policy.clip_grad_norm_(self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
 
     def sync_rollout_weights(self):
-        """Copy the policy's (gathered) weights into this rank's transformers replica."""
+        """Copy the policy's (gathered) weights into this rank's transformers replica (a tied head
+        follows its embedding)."""
         own = self.replica.state_dict()
         with torch.no_grad():
-            for name, tensor in self.policy.full_state_dict().items():
+            for name, tensor in self.policy.full_state_dict(dtype=self.replica.dtype).items():
                 own[name].copy_(tensor)
 
     # ------------------------------------------------------------------ one rollout step and the loop

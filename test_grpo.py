@@ -149,6 +149,35 @@ def test_resume_equals_uninterrupted_and_survives_a_kill(tmp_path, tiny_model):
     run_scenario("resume", tiny_model, tmp_path)
 
 
+def test_cpu_demo_end_to_end_with_resume(tmp_path):
+    """`bash run.sh` with no GPU: 2 processes (TP 2), real sandboxes, 2 rollouts, checkpoints; then resume."""
+    import docker
+    from transformers import AutoModelForCausalLM
+    env = _clean_env()
+    env.pop("MODEL", None)
+    env.update(RUN_DIR=str(tmp_path / "demo"), NUM_ROLLOUTS="2")
+    first = subprocess.run(["bash", "run.sh"], cwd=HERE, env=env, capture_output=True, text=True, timeout=900)
+    assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-6000:]
+    env["NUM_ROLLOUTS"] = "3"
+    second = subprocess.run(["bash", "run.sh", "--resume"], cwd=HERE, env=env, capture_output=True, text=True,
+                            timeout=900)
+    assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-6000:]
+    assert "resumed from" in second.stdout + second.stderr and "(step 2)" in second.stdout + second.stderr
+    steps = [json.loads(line) for line in open(tmp_path / "demo" / "metrics.jsonl")]
+    assert [m["step"] for m in steps] == [1, 2, 3]
+    for m in steps:  # 2 tasks x 2 samples played for real and scored
+        assert sum(m[f"status/{s}"] for s in ("completed", "truncated", "timeout", "parse_error",
+                                                "sandbox_error")) == 4, m
+        assert 0.0 <= m["reward"] <= 1.0 and m["time/rollout"] > 0
+    ckpts = sorted(p.name for p in (tmp_path / "demo" / "checkpoints").iterdir())
+    assert ckpts == ["step-000001", "step-000002", "step-000003"]
+    assert (tmp_path / "demo" / "tasks.md").read_text().count("|") > 10
+    exported = AutoModelForCausalLM.from_pretrained(tmp_path / "demo" / "hf")
+    assert exported.config.model_type == "qwen3"
+    leftover = docker.from_env().containers.list(all=True, filters={"label": "terminal-grpo"})
+    assert not leftover, f"containers left behind: {[c.name for c in leftover]}"
+
+
 # ----------------------------------------------------------------------------- scenario bodies
 
 class TokenGame:

@@ -1,0 +1,456 @@
+"""Episode reward: run the task's hidden tests in the episode's container; reward = passed / total.
+
+After the episode, in the same container, `score_episode` copies the task's tests/ to a random staging directory,
+then runs `_VERIFIER` as root with the interpreter recorded at start-up (`python3 -I -S -B`, so no PYTHON*
+variables, no site-packages .pth/sitecustomize, no user site). In one process it
+  1. checks the fingerprint (below) before anything else is imported,
+  2. moves any existing /tests out of the way and the staged tests into /tests, checks them,
+  3. runs pytest in-process: plugin auto-loading off, cache off, root dir and ini file pinned (the task's
+     tests/pytest.ini or /dev/null), conftest.py files outside /tests ignored, JUnit XML to an unpredictable path;
+     a task that ships run-tests.sh is run through it instead (its pytest writes the XML via PYTEST_ADDOPTS, or
+     its `-rA` summary is parsed),
+  4. checks the fingerprint and the tests again (a background process left by the agent could act during the run).
+The exit code comes from Docker and the XML is read with the archive API, not through the container's tools.
+Reward 0 with a reason (logged) for tampering, a test timeout, a dead container, missing or unparsable results:
+scoring never raises.
+
+The fingerprint (taken per image: a fresh container equals its image) covers the test runner: the sha256 of
+every file the interpreter has open after a probe pytest session (the python3 binary, the shared libraries
+it maps, every stdlib and site-packages module pytest loads, with their .pyc files), the listing of each of those
+package directories (a new submodule would shadow), where each top-level module name resolves on the runner's
+sys.path (a planted `pytest.py` would shadow), and that /etc/ld.so.preload, pyvenv.cfg and a python311.zip
+stay absent. The interpreter binary and /etc/ld.so.preload are also read from the host through Docker, so a
+replaced interpreter cannot lie about itself. Not covered: a modified shared library or encodings module crafted to
+lie about file contents, a changed ld.so.cache, a daemon that forges the XML file while the tests run;
+installing a different pytest over the recorded one counts as tampering.
+
+Skipped and xfailed tests count as not passed (terminal-bench counts them as passed; here an agent could gain by
+making tests skip). Also here: reward statistics (per-task Welford mean/std, buckets, categories) and pass@k.
+"""
+import argparse
+import ast
+import hashlib
+import io
+import json
+import logging
+import math
+import re
+import secrets
+import sys
+import tarfile
+import threading
+import time
+import xml.etree.ElementTree as ElementTree
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import docker
+
+from sandbox import ExecResult, Sandbox, SandboxError, Task, TaskError, build_task_image, load_task
+
+log = logging.getLogger("terminal_grpo.reward")
+TAMPERED_EXIT = 86                      # the verifier's exit code when a check fails
+HOST_CHECKED = ("/etc/ld.so.preload",)  # read through Docker besides the interpreter
+
+
+@dataclass
+class RewardResult:
+    passed: int
+    total: int
+    reward: float            # passed / total in [0, 1]; 0 on any failure
+    strict: bool             # all tests passed (total > 0)
+    reason: str              # "" when the tests ran; otherwise why reward is 0 ("verifier tampered", "test timeout", ...)
+    tests: dict[str, str] = field(default_factory=dict)   # test name -> "passed"/"failed"/"error"/"skipped"
+    seconds: float = 0.0
+
+    @property
+    def score(self) -> float:
+        return 2 * self.reward - 1
+
+
+# Runs in the container as `python -I -S -B -c _VERIFIER probe|run CONFIG`. Nothing is imported before the
+# fingerprint check except built-in and frozen modules (sha256, os, the path finder), hence no json.
+_VERIFIER = r'''
+import os, sys
+try: from _sha256 import sha256
+except ImportError:
+    try: from _sha2 import sha256
+    except ImportError: from hashlib import sha256
+from _frozen_importlib_external import PathFinder
+mode = sys.argv[1]
+cfg = eval(sys.argv[2], {"__builtins__": {}}) if mode == "run" else {}   # a literal written by reward.py
+
+def file_hash(path):
+    try:
+        with open(path, "rb") as f: return sha256(f.read()).hexdigest()
+    except OSError: return "absent"
+
+def digest():
+    h = sha256()
+    for path in cfg["files"]: h.update(("%s=%s\n" % (path, file_hash(path))).encode())
+    for d in cfg["dirs"]:
+        try: h.update(("%s:%s\n" % (d, "/".join(sorted(os.listdir(d))))).encode())
+        except OSError: h.update(("%s:absent\n" % d).encode())
+    for name in cfg["top"]:
+        spec = PathFinder.find_spec(name, cfg["path"])
+        h.update(("%s@%s\n" % (name, spec and spec.origin)).encode())
+    return h.hexdigest()
+
+def tests_intact():
+    if any(file_hash("/tests/" + rel) != want for rel, want in cfg["tests"].items()): return False
+    for root, dirs, names in os.walk("/tests"):
+        dirs[:] = [d for d in dirs if d != "__pycache__"]
+        for name in names:
+            rel = os.path.relpath(os.path.join(root, name), "/tests")
+            if rel not in cfg["tests"] and name.endswith((".py", ".ini", ".cfg", ".toml", ".pth")): return False
+    return True
+
+if mode == "probe":                      # in a fresh container: what does a pytest run load?
+    import site
+    sitedirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
+    home = [d for d in sitedirs if PathFinder.find_spec("pytest", [d])][:1]   # pytest's own site dir goes first
+    path = sys.path + home + [d for d in sitedirs if d not in home]
+    sys.path[:] = path
+    work = "/tmp/.verifier-probe-%d" % os.getpid()
+    os.makedirs(work)
+    with open(work + "/test_probe.py", "w") as f:
+        f.write("import pytest\n@pytest.mark.parametrize('x', [1, 2])\ndef test_pass(x): assert x\n"
+                "def test_fail(): assert [1, 2] == [1, 3]\n@pytest.mark.skip\ndef test_skip(): pass\n")
+    saved = os.dup(1); os.dup2(os.open(os.devnull, os.O_WRONLY), 1)    # pytest's report is not our answer
+    import pytest
+    pytest.main([work + "/test_probe.py", "-rA", "-p", "no:cacheprovider", "--rootdir", work, "-c", "/dev/null",
+                 "--junitxml", work + "/report.xml"])
+    os.dup2(saved, 1)
+    import shutil; shutil.rmtree(work)
+    modules = [m for m in list(sys.modules.values()) if isinstance(getattr(m, "__file__", None), str)
+               and not m.__file__.startswith(work)]
+    exe = os.path.realpath(sys.executable)
+    files = {exe, os.path.dirname(exe) + "/pyvenv.cfg", os.path.dirname(os.path.dirname(exe)) + "/pyvenv.cfg",
+             "/etc/ld.so.preload"} | {p for p in path if not os.path.isdir(p)}
+    files |= {m.__file__ for m in modules}
+    files |= {m.__cached__ for m in modules if getattr(m, "__cached__", None) and os.path.exists(m.__cached__)}
+    with open("/proc/self/maps") as maps:
+        files |= {p for p in (line.split(None, 5)[-1].strip() for line in maps) if p.startswith("/")
+                  and not p.endswith("(deleted)")}
+    cfg = {"exe": exe, "path": path, "files": sorted(files),
+           "dirs": sorted({os.path.dirname(m.__file__) for m in modules if hasattr(m, "__path__")}),
+           "top": sorted({m.__name__.split(".")[0] for m in modules})}
+    cfg["digest"] = digest()
+    print(repr(cfg))
+    sys.exit(0)
+
+import _signal; _signal.alarm(cfg["timeout"])      # SIGALRM ends the whole run at the test timeout
+if digest() != cfg["digest"]: sys.exit(86)
+if os.path.lexists("/tests"): os.rename("/tests", cfg["staged"] + "/replaced")   # whatever the agent left there
+os.rename(cfg["staged"] + "/tests", "/tests")
+if not tests_intact(): sys.exit(86)
+if cfg["script"]:
+    pid = os.fork()
+    if pid == 0:
+        os.chdir("/app" if os.path.isdir("/app") else "/")
+        os.execve("/bin/bash", ["bash", "/tests/run-tests.sh"], dict(os.environ, TEST_DIR="/tests",
+                  PYTEST_ADDOPTS="--junitxml=%s -p no:cacheprovider" % cfg["xml"]))
+    status = os.waitpid(pid, 0)[1]
+    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
+else:
+    sys.path[:] = cfg["path"]
+    os.chdir("/tests")
+    import pytest
+    code = int(pytest.main(cfg["args"]))
+sys.exit(86 if digest() != cfg["digest"] or not tests_intact() else code)
+'''
+
+_fingerprints: dict[str, str] = {}     # image id -> fingerprint
+_fingerprint_lock = threading.Lock()
+
+
+def _host_sha256(sandbox: Sandbox, path: str) -> str:
+    """sha256 of a file read through Docker's archive API (no program in the container is involved)."""
+    try:
+        stream, _ = sandbox.container.get_archive(path)
+    except docker.errors.NotFound:
+        return "absent"
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.next()
+        data = tar.extractfile(member) if member is not None and member.isfile() else None
+        return hashlib.sha256(data.read()).hexdigest() if data else f"not a file ({member and member.type})"
+
+
+def fingerprint_verifier(sandbox: Sandbox) -> str:
+    """Fingerprint of the test runner, to pass to score_episode; call it right after the container starts.
+
+    Cached per image (a fresh container is its image), so only the first episode of an image pays for the probe.
+    When the probe fails (no python3 or pytest in the image) the fingerprint says so and scores are 0."""
+    image_id = sandbox.container.attrs["Image"]
+    with _fingerprint_lock:
+        if image_id in _fingerprints:
+            return _fingerprints[image_id]
+    probe = sandbox.exec_argv(["python3", "-I", "-S", "-B", "-c", _VERIFIER, "probe"], timeout=120, user="0")
+    try:
+        cfg = ast.literal_eval(probe.output.strip().splitlines()[-1])
+        cfg["host"] = {path: _host_sha256(sandbox, path) for path in (cfg["exe"], *HOST_CHECKED)}
+    except (ValueError, SyntaxError, IndexError, TypeError):
+        return repr({"error": f"the verifier probe failed (exit code {probe.exit_code}): {probe.output[-800:]}"})
+    fingerprint = repr(cfg)
+    with _fingerprint_lock:
+        _fingerprints[image_id] = fingerprint
+    return fingerprint
+
+
+def _read_file(sandbox: Sandbox, path: str, limit: int = 64 << 20) -> bytes | None:
+    try:
+        stream, stat = sandbox.container.get_archive(path)
+    except docker.errors.NotFound:
+        return None
+    if stat.get("size", 0) > limit:
+        return None
+    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
+        member = tar.next()
+        data = tar.extractfile(member) if member is not None and member.isfile() else None
+        return data.read() if data else None
+
+
+def _parse_junit(xml: bytes) -> dict[str, str]:
+    tests = {}
+    for case in ElementTree.fromstring(xml).iter("testcase"):
+        name = f"{case.get('classname', '')}::{case.get('name', '')}".strip(":")
+        kinds = {child.tag for child in case}
+        status = next((s for tag, s in (("failure", "failed"), ("error", "error"), ("skipped", "skipped"))
+                       if tag in kinds), "passed")
+        if tests.get(name, "passed") == "passed":     # a test reported twice (call, then teardown error): worst wins
+            tests[name] = status
+    return tests
+
+
+_SUMMARY_STATUS = {"PASSED": "passed", "XPASS": "passed", "FAILED": "failed", "ERROR": "error",
+                   "SKIPPED": "skipped", "XFAIL": "skipped"}
+
+
+def _parse_summary(output: str) -> dict[str, str]:
+    """pytest's `-rA` short test summary: lines like `PASSED tests/test_outputs.py::test_x`."""
+    summary = output.rpartition("short test summary info")[2]
+    return {m[2]: _SUMMARY_STATUS[m[1]] for m in re.finditer(r"^(PASSED|FAILED|ERROR|SKIPPED|XFAIL|XPASS) (\S+)",
+                                                              summary, re.M)}
+
+
+def score_episode(sandbox: Sandbox, task: Task, fingerprint: str | None) -> RewardResult:
+    """Run the task's hidden tests in the episode's container and score them; never raises."""
+    started = time.monotonic()
+
+    def zero(reason: str, detail: str = "") -> RewardResult:
+        log.warning("task %s: reward 0: %s%s", task.task_id, reason, f" ({detail.strip()[-600:]})" if detail else "")
+        return RewardResult(0, 0, 0.0, False, reason, {}, time.monotonic() - started)
+
+    try:
+        if not sandbox.is_alive():
+            return zero("container died")
+        cfg = ast.literal_eval(fingerprint or fingerprint_verifier(sandbox))
+        if "error" in cfg:
+            return zero("verifier unavailable", cfg["error"])
+        changed = [path for path, want in cfg["host"].items() if _host_sha256(sandbox, path) != want]
+        if changed:
+            return zero("verifier tampered", f"changed: {changed}")
+        staged = f"/tmp/.verifier-{secrets.token_hex(8)}"
+        tests_dir, script = task.path / "tests", task.path / "run-tests.sh"
+        sandbox.copy_dir(tests_dir, staged + "/tests")
+        hashes = {p.relative_to(tests_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+                  for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
+        if script.is_file():
+            sandbox.write_file(staged + "/tests/run-tests.sh", script.read_bytes(), mode=0o755)
+            hashes["run-tests.sh"] = hashlib.sha256(script.read_bytes()).hexdigest()
+        xml_path = f"{staged}/report.xml"
+        ini = "/tests/pytest.ini" if (tests_dir / "pytest.ini").is_file() else "/dev/null"
+        timeout = max(1, math.ceil(task.max_test_timeout_sec))
+        run_cfg = dict(cfg, staged=staged, tests=hashes, xml=xml_path, timeout=timeout, script=script.is_file(),
+                       args=["/tests/test_outputs.py", "-rA", "-p", "no:cacheprovider", "--rootdir=/tests",
+                             "-c", ini, "--confcutdir=/tests", f"--junitxml={xml_path}"])
+        ran: ExecResult = sandbox.exec_argv(
+            [cfg["exe"], "-I", "-S", "-B", "-c", _VERIFIER, "run", repr(run_cfg)], timeout=timeout + 30, user="0",
+            environment={"PYTEST_DISABLE_PLUGIN_AUTOLOAD": "1", "PYTEST_ADDOPTS": "", "PYTEST_PLUGINS": ""})
+        if ran.exit_code == TAMPERED_EXIT:
+            return zero("verifier tampered", ran.output)
+        if ran.timed_out or ran.exit_code == 128 + 14:      # 14 = SIGALRM, the verifier's own alarm
+            return zero("test timeout")
+        xml = _read_file(sandbox, xml_path)
+        try:
+            tests = _parse_junit(xml) if xml else _parse_summary(ran.output) if script.is_file() else {}
+        except ElementTree.ParseError as e:
+            return zero("unparsable test results", str(e))
+        if not tests:
+            return zero("no test results", f"exit code {ran.exit_code}: {ran.output}")
+        passed = sum(status == "passed" for status in tests.values())
+        return RewardResult(passed, len(tests), passed / len(tests), passed == len(tests), "", tests,
+                            time.monotonic() - started)
+    except SandboxError as e:
+        return zero("container died", str(e))
+    except Exception as e:     # noqa: BLE001 - scoring must never crash training
+        log.exception("task %s: verifier error", task.task_id)
+        return zero(f"verifier error: {type(e).__name__}: {e}")
+
+
+# ---------------------------------------------------------------------------------------- reward statistics
+
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k from n samples of which c are correct: 1 - C(n-c, k) / C(n, k)."""
+    if not 0 <= c <= n or not 1 <= k <= n:
+        raise ValueError(f"need 0 <= c <= n and 1 <= k <= n, got n={n} c={c} k={k}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+BUCKETS = ("<0.05", "[0.05,0.99)", ">=0.99")
+
+
+def _bucket(reward: float) -> str:
+    return BUCKETS[0] if reward < 0.05 else BUCKETS[1] if reward < 0.99 else BUCKETS[2]
+
+
+def reward_buckets(rewards) -> dict[str, float]:
+    """Fractions of rewards below 0.05, in [0.05, 0.99), and at least 0.99."""
+    rewards = list(rewards)
+    return {b: sum(_bucket(r) == b for r in rewards) / max(len(rewards), 1) for b in BUCKETS}
+
+
+@dataclass
+class TaskStats:
+    trials: int = 0
+    mean: float = 0.0
+    m2: float = 0.0          # Welford: sum of squared deviations from the running mean
+    strict: int = 0          # strict successes (all tests passed)
+
+    @property
+    def std(self) -> float:
+        return math.sqrt(self.m2 / (self.trials - 1)) if self.trials > 1 else 0.0
+
+
+class RewardStats:
+    """Running per-task reward statistics, the reward buckets and the report's per-task categories."""
+
+    def __init__(self):
+        self.tasks: dict[str, TaskStats] = {}
+        self.bucket_counts = dict.fromkeys(BUCKETS, 0)
+        self._lock = threading.Lock()
+
+    def add(self, task_id: str, reward: float, strict: bool) -> None:
+        with self._lock:
+            s = self.tasks.setdefault(task_id, TaskStats())
+            s.trials += 1
+            delta = reward - s.mean
+            s.mean += delta / s.trials
+            s.m2 += delta * (reward - s.mean)
+            s.strict += bool(strict)
+            self.bucket_counts[_bucket(reward)] += 1
+
+    def buckets(self) -> dict[str, float]:
+        total = max(sum(self.bucket_counts.values()), 1)
+        return {b: count / total for b, count in self.bucket_counts.items()}
+
+    def category(self, task_id: str) -> str:
+        """The report's categories; thresholds where it says '~', 'high' or 'low' are ours (0.05 and 0.2)."""
+        s = self.tasks.get(task_id)
+        if s is None or s.trials == 0:
+            return "never-sampled"
+        if s.strict == s.trials >= 2 and s.std < 0.05:
+            return "suspicious"              # always solved, no variance: check the verifier for a shortcut
+        if s.strict > 100 and s.mean > 0.6:
+            return "learnable"
+        if 0.5 <= s.mean <= 0.9 and s.std < 0.2 and s.strict < 50:
+            return "partial-stuck"
+        if 0.3 <= s.mean <= 0.9 and s.std >= 0.2:
+            return "partial-noisy"
+        if 1 <= s.strict <= 50:
+            return "weak-learnable"
+        if s.strict == 0 and s.mean < 0.3:
+            return "cold" if s.mean < 0.05 and s.std < 0.05 else "cold-noisy"
+        return "other"
+
+    def categories(self, task_ids=None) -> dict[str, list[str]]:
+        """Category -> task ids; pass all task ids to see the never-sampled ones too."""
+        out: dict[str, list[str]] = {}
+        for task_id in sorted(set(task_ids or []) | set(self.tasks)):
+            out.setdefault(self.category(task_id), []).append(task_id)
+        return out
+
+    def summary(self) -> dict[str, dict]:
+        return {t: {"trials": s.trials, "mean": s.mean, "std": s.std, "strict": s.strict, "category": self.category(t)}
+                for t, s in sorted(self.tasks.items())}
+
+
+# ------------------------------------------------------------------------------------------ command line
+
+def run_solution(task: Task, solution: Path | None, image: str | None = None) -> tuple[RewardResult, ExecResult | None]:
+    """Run a solution script (None: do nothing) in a fresh sandbox as one agent command, then score it."""
+    with Sandbox(task, image) as sandbox:
+        fingerprint = fingerprint_verifier(sandbox)
+        ran = sandbox.exec(solution.read_text(), timeout=task.max_agent_timeout_sec) if solution else None
+        return score_episode(sandbox, task, fingerprint), ran
+
+
+def _check_task(path: Path) -> tuple[bool, str]:
+    """--check for one task: the reference solution scores 1.0 and doing nothing scores below 1.0."""
+    try:
+        task = load_task(path)
+        if task.solution is None:
+            return False, f"task '{task.task_id}': solution.sh: missing"
+        image = build_task_image(task)
+        reference, ran = run_solution(task, task.solution, image)
+        empty, _ = run_solution(task, None, image)
+    except (TaskError, SandboxError) as e:
+        return False, str(e)
+    problems = []
+    if reference.reward < 1.0:
+        failing = [name for name, status in reference.tests.items() if status != "passed"]
+        problems.append(f"reference solution scores {reference.reward:.2f} ({reference.passed}/{reference.total})"
+                        f"{' ' + reference.reason if reference.reason else ''}; not passed: {failing}; "
+                        f"solution exit code {ran.exit_code}, output tail:\n{ran.output[-1500:]}")
+    if empty.reward >= 1.0:
+        problems.append("doing nothing already scores 1.0")
+    if empty.reason:
+        problems.append(f"doing nothing: {empty.reason}")
+    counts = f"reference {reference.passed}/{reference.total}, doing nothing {empty.passed}/{empty.total}"
+    return not problems, f"task '{task.task_id}': {counts}" + "".join(f"\n    {p}" for p in problems)
+
+
+def check_tasks(root: Path, workers: int = 4) -> int:
+    """Check every task under root (or root itself); prints one line per task; returns the process exit code."""
+    paths = [root] if (root / "task.yaml").exists() else sorted(
+        p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    if not paths:
+        print(f"{root}: no task directories found")
+        return 1
+    failed = 0
+    with ThreadPoolExecutor(max_workers=workers) as pool:
+        for future in as_completed([pool.submit(_check_task, p) for p in paths]):
+            ok, line = future.result()
+            failed += not ok
+            print(("PASS " if ok else "FAIL ") + line, flush=True)
+    print(f"{len(paths) - failed}/{len(paths)} tasks pass --check")
+    return 1 if failed else 0
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description="Score a solution for a task, or --check a directory of tasks.")
+    parser.add_argument("path", type=Path, help="a task directory, or (with --check) a directory of tasks")
+    parser.add_argument("--solution", type=Path, help="script to run as the agent (default: the task's solution.sh)")
+    parser.add_argument("--check", action="store_true", help="reference solution scores 1.0, doing nothing < 1.0")
+    parser.add_argument("--workers", type=int, default=4, help="tasks checked in parallel")
+    args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.WARNING, format="%(name)s: %(message)s")
+    if args.check:
+        sys.exit(check_tasks(args.path, args.workers))
+    try:
+        task = load_task(args.path)
+        solution = args.solution or task.solution
+        if solution is None:
+            parser.error(f"task '{task.task_id}': solution.sh: missing (pass --solution FILE)")
+        result, ran = run_solution(task, solution)
+    except (TaskError, SandboxError) as e:
+        print(e, file=sys.stderr)
+        sys.exit(2)
+    print(f"solution exit code {ran.exit_code}; output:\n{ran.output}", file=sys.stderr)
+    print(json.dumps({"task": task.task_id, "passed": result.passed, "total": result.total,
+                      "reward": result.reward, "reason": result.reason}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,523 @@
+"""Rollout: the policy plays terminal tasks as a multi-turn tool-calling agent, many episodes at once.
+
+    python rollout.py --model PATH --task data/TASK [--n 4] [--max-turns 10]   # readable transcripts + rewards
+
+Each episode gets its own Docker sandbox (sandbox.py). Per turn, every live episode generates its reply
+in ONE left-padded batched `generate` call; the Hermes-style tool calls in the replies
+(`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`) then run concurrently in their sandboxes
+(a thread pool); the results go back to the model in a user turn, as the chat template renders them.
+An episode ends when a reply has no tool call (completed), after `max_turns` replies or when the next
+prompt would not fit the context (truncated), after the task's `max_agent_timeout_sec` (timeout), after
+`max_parse_errors` malformed calls (parse_error) or when its container dies (sandbox_error). Its tests
+then run (reward.py) while the other episodes keep playing, and its container is removed.
+
+Token bookkeeping: an episode is ONE token sequence, built by appending: the templated prompt, each
+reply's sampled ids exactly as generated (never decoded and re-encoded, so the trainer scores the
+very tokens that were sampled), then the tool-result turn plus the next generation prompt as token
+ids. loss_mask is 1 exactly on sampled tokens. A reply cut by `max_new_tokens` (no <|im_end|>) keeps
+its sampled tokens; if it holds complete tool calls they run and a closing <|im_end|> (mask 0) is
+added, otherwise the episode ends as `truncated`.
+
+Deliberate simplifications: turns are synchronous (all tool calls of a turn finish before the next
+batched generate); plain HF `generate` re-reads the whole prompt every turn (no KV cache kept between
+turns, no paged attention); blocking `shell_exec` calls each start a fresh shell in /app, so `cd` and
+variables do not persist between calls (background sessions do keep their own shell).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+from typing import Callable
+
+from reward import RewardResult, fingerprint_verifier, score_episode
+from sandbox import Sandbox, SandboxError, Task
+
+END_OF_TURN = "<|im_end|>"
+
+
+def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+    return {"type": "function", "function": {"name": name, "description": description, "parameters": {
+        "type": "object", "properties": properties, "required": required}}}
+
+
+_SESSION_ID = {"type": "string", "description": "Name of the shell session."}
+# The four tools of the camel-ai TerminalToolkit protocol (names and parameters as published Qwen3
+# terminal checkpoints expect them; the descriptions are ours).
+TOOLS: list[dict] = [
+    _tool("shell_exec", "Run a shell command in the working directory /app. With block=true (default) it "
+          "runs to completion or until `timeout` seconds and returns its output; with block=false it starts "
+          "a background session named `id` and returns at once (read it with shell_view).",
+          {"id": _SESSION_ID, "command": {"type": "string", "description": "The shell command to run."},
+           "block": {"type": "boolean", "description": "Wait for the command to finish.", "default": True},
+           "timeout": {"type": "number", "description": "Seconds to wait when blocking.", "default": 20.0}},
+          ["id", "command"]),
+    _tool("shell_view", "Return the output a background session produced since the last view.",
+          {"id": _SESSION_ID}, ["id"]),
+    _tool("shell_write_to_process", "Send a line of text to the standard input of a background session "
+          "and return the output that follows.",
+          {"id": _SESSION_ID, "command": {"type": "string", "description": "The line to send (a newline is added)."}},
+          ["id", "command"]),
+    _tool("shell_write_content_to_file", "Write text to a file in the container, replacing the file.",
+          {"content": {"type": "string", "description": "The full file content."},
+           "file_path": {"type": "string", "description": "Path of the file; relative paths are under /app."}},
+          ["content", "file_path"]),
+]
+_SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
+
+SYSTEM_PROMPT = (
+    "You operate a Linux shell (x86_64) inside a Docker container; the working directory is /app. "
+    "Solve the task yourself by calling the tools: inspect files, run commands, write files, check your "
+    "work. When the task is done, reply with a short summary of what you did and no tool call; that ends "
+    "the session.")
+
+
+@dataclass
+class RolloutConfig:
+    max_turns: int = 10                 # model replies per episode
+    max_new_tokens: int = 1024          # per reply
+    max_context_tokens: int = 16384     # prompt + reply must fit, or the episode ends as truncated
+    temperature: float = 1.0            # 0: greedy
+    top_p: float = 1.0
+    no_think: bool = True               # "/no_think" in the system prompt and an empty think block (Qwen3)
+    max_parse_errors: int = 3           # malformed tool calls before an episode ends as parse_error
+    tool_workers: int = 32              # threads running tool calls, sandbox starts and tests
+    system_prompt: str = SYSTEM_PROMPT
+
+
+@dataclass
+class Trajectory:
+    task_id: str
+    group_id: int
+    tokens: list[int] = field(default_factory=list)             # prompt + all turns, one sequence
+    loss_mask: list[int] = field(default_factory=list)          # 1 exactly on sampled tokens
+    sampling_logprobs: list[float] = field(default_factory=list)  # 0.0 where loss_mask == 0
+    turns: list[dict] = field(default_factory=list)             # chat messages as text
+    tool_calls: list[dict] = field(default_factory=list)        # {"name","arguments","result","error"}
+    status: str = ""                    # completed | truncated | timeout | parse_error | sandbox_error
+    reward: RewardResult | None = None
+    timings: dict[str, float] = field(default_factory=dict)     # seconds: sandbox, generate, tools, reward
+    num_turns: int = 0                  # model replies
+    end_reason: str = ""                # why it ended, in words
+
+    def append(self, ids: list[int], mask: int, logprobs: list[float] | None = None):
+        self.tokens += ids
+        self.loss_mask += [mask] * len(ids)
+        self.sampling_logprobs += logprobs if logprobs is not None else [0.0] * len(ids)
+
+
+# prompts (token ids) -> per prompt (new token ids, their sampling log-probs)
+GenerateFn = Callable[[list[list[int]]], list[tuple[list[int], list[float]]]]
+
+
+# ----------------------------------------------------------------------------- generation
+
+class HFGenerator:
+    """GenerateFn over a transformers causal LM: one left-padded batched `generate` per call."""
+
+    def __init__(self, model, tokenizer, config: RolloutConfig):
+        self.model, self.config = model, config
+        self.eos_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+        self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
+
+    def __call__(self, prompts: list[list[int]]) -> list[tuple[list[int], list[float]]]:
+        import torch
+        from transformers import LogitsProcessorList
+
+        device = next(self.model.parameters()).device
+        width = max(len(p) for p in prompts)
+        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # [B, W]
+        attention_mask = torch.zeros_like(input_ids)  # [B, W]
+        for row, prompt in enumerate(prompts):
+            input_ids[row, width - len(prompt):] = torch.tensor(prompt)
+            attention_mask[row, width - len(prompt):] = 1
+        temperature = self.config.temperature
+        sampling = dict(do_sample=True, temperature=temperature, top_p=self.config.top_p, top_k=0) \
+            if temperature > 0 else dict(do_sample=False)
+        recorder = _ChosenLogprobs(temperature if temperature > 0 else 1.0)
+        self.model.eval()
+        with torch.no_grad():
+            sequences = self.model.generate(
+                input_ids=input_ids.to(device), attention_mask=attention_mask.to(device),
+                max_new_tokens=self.config.max_new_tokens, eos_token_id=self.eos_id, pad_token_id=self.pad_id,
+                logits_processor=LogitsProcessorList([recorder]), **sampling)
+        new_tokens = sequences[:, width:].cpu()  # [B, S]
+        logprobs = recorder.finish(new_tokens)  # [B, S]
+        replies = []
+        for ids, lps in zip(new_tokens.tolist(), logprobs.tolist()):
+            # Rows that finished early are padded after their <|im_end|>; the pad id could also be a
+            # sampled token, so cut by position, never by value.
+            n = ids.index(self.eos_id) + 1 if self.eos_id in ids else len(ids)
+            replies.append((ids[:n], lps[:n]))
+        return replies
+
+
+class _ChosenLogprobs:
+    """Logits processor that records log softmax(logits / T)[sampled token] at every step.
+
+    A processor sees the raw logits of step t, and at step t+1 the ids including the token drawn at
+    step t; so it keeps one step of log-softmax ([B, V]) instead of all steps' logits ([B, S, V],
+    gigabytes for a 152k vocabulary). It leaves the logits unchanged; sampling happens after it.
+    """
+
+    def __init__(self, temperature: float):
+        self.temperature, self.previous, self.steps = temperature, None, []
+
+    def __call__(self, input_ids, scores):
+        import torch
+        if self.previous is not None:
+            self.steps.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1).cpu())  # [B]
+        self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)  # [B, V]
+        return scores
+
+    def finish(self, new_tokens):  # [B, S] -> [B, S]
+        import torch
+        last = self.previous.gather(1, new_tokens[:, -1:].to(self.previous.device)).squeeze(1).cpu()
+        return torch.stack(self.steps[:new_tokens.shape[1] - 1] + [last], dim=1)
+
+
+# ----------------------------------------------------------------------------- chat format
+
+def initial_messages(task: Task, config: RolloutConfig) -> list[dict]:
+    system = config.system_prompt + (" /no_think" if config.no_think else "")
+    return [{"role": "system", "content": system},
+            {"role": "user", "content": f"Task name:{task.task_id}\nTask instruction: {task.instruction}"}]
+
+
+def encode_prompt(tokenizer, messages: list[dict], config: RolloutConfig) -> list[int]:
+    text = tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True,
+                                         enable_thinking=not config.no_think, tokenize=False)
+    return tokenizer.encode(text, add_special_tokens=False)
+
+
+def encode_tool_turn(tokenizer, tool_messages: list[dict], config: RolloutConfig) -> list[int]:
+    """Token ids that follow a reply's <|im_end|>: the tool-result turn and the next generation prompt.
+
+    The chat template decides the formatting: it renders a placeholder reply followed by the tool
+    messages, and we keep the text after the placeholder's <|im_end|>. Only text after the last reply
+    matters, so templates that re-render old turns differently (Qwen3 drops old <think>) are fine.
+    That text starts right after a special token, so encoding it alone gives the same ids as in context.
+    """
+    placeholder = "\u2063placeholder reply\u2063"
+    messages = [{"role": "user", "content": "."}, {"role": "assistant", "content": placeholder}, *tool_messages]
+    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
+                                         enable_thinking=not config.no_think, tokenize=False)
+    reply_end = text.index(placeholder) + len(placeholder)
+    if not text.startswith(END_OF_TURN, reply_end):
+        raise ValueError(f"chat template does not close an assistant turn with {END_OF_TURN} right after its "
+                         f"content (got {text[reply_end:reply_end + 40]!r}); rollout.py expects Qwen's format")
+    return tokenizer.encode(text[reply_end + len(END_OF_TURN):], add_special_tokens=False)
+
+
+# ----------------------------------------------------------------------------- tool calls
+
+_TOOL_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+_TYPES = {"string": str, "boolean": bool, "number": float}
+
+
+def parse_tool_calls(text: str) -> list[dict]:
+    """Every <tool_call> block in a reply, in order: {"name", "arguments", "error"} (error None when valid).
+
+    A trailing block without </tool_call> is reported with error "unclosed"; the caller decides what
+    that means (a cut reply or a malformed one).
+    """
+    calls = []
+    for match in _TOOL_CALL.finditer(text):
+        body, closed = match.group(1).strip(), bool(match.group(2))
+        call = {"name": None, "arguments": {}, "error": None if closed else "unclosed"}
+        if closed:
+            try:
+                call.update(_validate(json.loads(body)))
+            except json.JSONDecodeError as exc:
+                call["error"] = f"the text inside <tool_call></tool_call> is not valid JSON ({exc})"
+            except ValueError as exc:
+                call["error"] = str(exc)
+        calls.append(call)
+    return calls
+
+
+def _validate(payload) -> dict:
+    """{"name", "arguments"} checked against TOOLS, with lenient coercion of argument types."""
+    if not isinstance(payload, dict) or "name" not in payload:
+        raise ValueError('a tool call must be a JSON object {"name": ..., "arguments": {...}}')
+    name, args = payload["name"], payload.get("arguments", payload.get("parameters", {}))
+    if name not in _SCHEMAS:
+        raise ValueError(f"unknown tool {name!r}; available: {', '.join(_SCHEMAS)}")
+    if isinstance(args, str):  # some models send the arguments object as a JSON string
+        try:
+            args = json.loads(args) if args.strip() else {}
+        except json.JSONDecodeError as exc:
+            raise ValueError(f"{name}: the arguments string is not valid JSON ({exc})") from None
+    if not isinstance(args, dict):
+        raise ValueError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
+    schema, clean = _SCHEMAS[name], {}
+    for key in schema["required"]:
+        if key not in args:
+            raise ValueError(f"{name}: missing required argument {key!r}")
+    for key, value in args.items():
+        if key not in schema["properties"]:
+            raise ValueError(f"{name}: unexpected argument {key!r}; expected {', '.join(schema['properties'])}")
+        clean[key] = _coerce(value, schema["properties"][key]["type"], f"{name}.{key}")
+    for key, prop in schema["properties"].items():
+        clean.setdefault(key, prop.get("default"))
+    return {"name": name, "arguments": clean}
+
+
+def _coerce(value, json_type: str, where: str):
+    want = _TYPES[json_type]
+    if json_type == "boolean" and isinstance(value, str) and value.lower() in ("true", "false"):
+        return value.lower() == "true"
+    if json_type == "number" and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+        try:
+            return float(value)
+        except ValueError:
+            pass
+    if json_type == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if not isinstance(value, want):
+        raise ValueError(f"{where}: expected a {json_type}, got {json.dumps(value)}")
+    return value
+
+
+def execute_tool(sandbox: Sandbox, name: str, args: dict, seconds_left: float) -> str:
+    """Run one validated call; SandboxError (container gone) propagates, other failures become text."""
+    if name == "shell_exec" and args["block"]:
+        timeout = max(1.0, min(args["timeout"], seconds_left))
+        result = sandbox.exec(args["command"], timeout=timeout)
+        if result.timed_out:
+            return f"{result.output}\n[command timed out after {timeout:g} s]"
+        note = "" if result.exit_code == 0 else f"\n[exit code {result.exit_code}]"
+        return (result.output or ("" if note else "[no output]")) + note
+    if name == "shell_exec":
+        return sandbox.start_session(args["id"], args["command"])
+    if name == "shell_view":
+        return sandbox.view_session(args["id"])
+    if name == "shell_write_to_process":
+        return sandbox.write_to_session(args["id"], args["command"])
+    sandbox.write_file(args["file_path"], args["content"])  # relative paths land under /app
+    return f"Wrote {len(args['content'])} characters to {args['file_path']}"
+
+
+# ----------------------------------------------------------------------------- episodes
+
+class _Episode:
+    """One episode while it plays: its task, sandbox and counters; `trajectory` goes to the trainer."""
+
+    def __init__(self, task: Task, group_id: int, tokenizer, config: RolloutConfig):
+        self.task = task
+        messages = initial_messages(task, config)
+        self.trajectory = Trajectory(task.task_id, group_id, turns=messages,
+                                     timings={"sandbox": 0.0, "generate": 0.0, "tools": 0.0, "reward": 0.0})
+        self.trajectory.append(encode_prompt(tokenizer, messages, config), 0)
+        self.sandbox: Sandbox | None = None
+        self.fingerprint: str | None = None
+        self.started = time.monotonic()  # agent time counts from the moment the sandbox is up
+        self.parse_errors = 0
+        self.calls: list[dict] = []      # parsed calls of the latest reply
+        self.scoring = None              # Future of _finish once the episode ended
+
+    @property
+    def live(self) -> bool:
+        return not self.trajectory.status
+
+    def seconds_left(self) -> float:
+        return self.task.max_agent_timeout_sec - (time.monotonic() - self.started)
+
+    def end(self, status: str, reason: str):
+        if self.live:
+            self.trajectory.status, self.trajectory.end_reason = status, reason
+
+
+def _start(episode: _Episode, image: str | None):
+    begin = time.monotonic()
+    try:
+        episode.sandbox = Sandbox(episode.task, image)
+        episode.sandbox.start()
+        episode.fingerprint = fingerprint_verifier(episode.sandbox)
+    except SandboxError as exc:
+        episode.end("sandbox_error", f"sandbox did not start: {exc}")
+    episode.started = time.monotonic()
+    episode.trajectory.timings["sandbox"] = episode.started - begin
+
+
+def _check_limits(episode: _Episode, config: RolloutConfig):
+    """End a live episode that may not generate again (checked before every batched generate)."""
+    traj = episode.trajectory
+    if episode.seconds_left() <= 0:
+        episode.end("timeout", f"agent time limit of {episode.task.max_agent_timeout_sec:g} s exceeded")
+    elif traj.num_turns >= config.max_turns:
+        episode.end("truncated", f"max_turns={config.max_turns} replies used")
+    elif len(traj.tokens) + config.max_new_tokens > config.max_context_tokens:
+        episode.end("truncated", f"next prompt ({len(traj.tokens)} tokens) + max_new_tokens={config.max_new_tokens} "
+                                 f"exceeds max_context_tokens={config.max_context_tokens}")
+
+
+def _take_reply(episode: _Episode, ids: list[int], logprobs: list[float], tokenizer, eos_id: int,
+                config: RolloutConfig):
+    """Append a reply's sampled ids (mask 1) and decide: answer, tool calls, or malformed calls."""
+    traj = episode.trajectory
+    traj.append(ids, 1, logprobs)
+    traj.num_turns += 1
+    cut = not ids or ids[-1] != eos_id
+    text = tokenizer.decode(ids if cut else ids[:-1], skip_special_tokens=False)
+    traj.turns.append({"role": "assistant", "content": text})
+    calls = parse_tool_calls(text)
+    if cut:  # a block left open by the token limit is the limit's doing, not a malformed call
+        calls = [c for c in calls if c["error"] != "unclosed"]
+    if not calls:
+        if cut:
+            episode.end("truncated", f"reply cut at max_new_tokens={config.max_new_tokens} without a complete tool call")
+        else:
+            episode.end("completed", "answered without a tool call")
+        return
+    if cut:
+        traj.append([eos_id], 0)  # close the turn as the template would; not sampled, so mask 0
+    for call in calls:
+        if call["error"] == "unclosed":
+            call["error"] = "<tool_call> without a closing </tool_call>"
+    episode.parse_errors += sum(c["error"] is not None for c in calls)
+    episode.calls = calls
+    if episode.parse_errors >= config.max_parse_errors:
+        traj.tool_calls += [{**c, "result": None} for c in calls]
+        episode.end("parse_error", f"{episode.parse_errors} malformed tool calls (max_parse_errors="
+                                   f"{config.max_parse_errors}); last: {[c['error'] for c in calls if c['error']][-1]}")
+
+
+def _run_calls(episode: _Episode):
+    """Run the latest reply's calls in order (worker thread); a dead container ends the episode."""
+    begin = time.monotonic()
+    for call in episode.calls:
+        if call["error"]:
+            result = f"Error: {call['error']}. Call a tool as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>."
+        elif episode.seconds_left() <= 0:
+            result = "Error: not run, the agent time limit was reached."
+        else:
+            try:
+                result = execute_tool(episode.sandbox, call["name"], call["arguments"], episode.seconds_left())
+            except Exception as exc:  # noqa: BLE001 - any failure becomes text unless the container is gone
+                if isinstance(exc, SandboxError) or not episode.sandbox.is_alive():
+                    episode.end("sandbox_error", f"container died during {call['name']}: {exc}")
+                    break
+                result = f"Error: {call['name']} failed: {exc}"
+        call["result"] = result
+        episode.trajectory.tool_calls.append(call)
+    episode.trajectory.timings["tools"] += time.monotonic() - begin
+
+
+def _finish(episode: _Episode):
+    """Score the ended episode with its tests (worker thread), then always remove its container."""
+    begin = time.monotonic()
+    traj = episode.trajectory
+    try:
+        if episode.sandbox is not None and traj.status != "sandbox_error" and not episode.sandbox.is_alive():
+            traj.status, traj.end_reason = "sandbox_error", f"container gone after: {traj.end_reason}"
+        if traj.status == "sandbox_error":
+            traj.reward = RewardResult(passed=0, total=0, reward=0.0, strict=False, reason=traj.end_reason, tests={})
+        else:
+            traj.reward = score_episode(episode.sandbox, episode.task, episode.fingerprint)
+    finally:
+        if episode.sandbox is not None:
+            episode.sandbox.close()
+        traj.timings["reward"] = time.monotonic() - begin
+
+
+def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, tokenizer,
+                 config: RolloutConfig, images: dict[str, str] | None = None) -> list[Trajectory]:
+    """Play one episode per task (tasks may repeat: a GRPO group), all advancing turn by turn together."""
+    if len(tasks) != len(group_ids):
+        raise ValueError(f"run_episodes: {len(tasks)} tasks but {len(group_ids)} group ids")
+    images = images or {}
+    eos_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    episodes = [_Episode(task, group_id, tokenizer, config) for task, group_id in zip(tasks, group_ids)]
+    pool = ThreadPoolExecutor(max_workers=config.tool_workers, thread_name_prefix="rollout")
+    try:
+        list(pool.map(lambda e: _start(e, images.get(e.task.task_id)), episodes))
+        while True:
+            for episode in episodes:
+                if episode.live:
+                    _check_limits(episode, config)
+                if not episode.live and episode.scoring is None:  # tests run while the others play on
+                    episode.scoring = pool.submit(_finish, episode)
+            playing = [e for e in episodes if e.live]
+            if not playing:
+                break
+            begin = time.monotonic()
+            replies = generate([e.trajectory.tokens for e in playing])
+            seconds = time.monotonic() - begin
+            if len(replies) != len(playing):
+                raise RuntimeError(f"generate returned {len(replies)} replies for {len(playing)} prompts")
+            for episode, (ids, logprobs) in zip(playing, replies):
+                episode.trajectory.timings["generate"] += seconds  # the batch's latency, felt by each member
+                _take_reply(episode, ids, logprobs, tokenizer, eos_id, config)
+            acting = [e for e in playing if e.live]
+            list(pool.map(_run_calls, acting))
+            for episode in acting:
+                # Calls run even on the last turn (they change what the tests see), but a prompt that
+                # will never be generated from is not worth its tokens.
+                if episode.live and episode.trajectory.num_turns < config.max_turns:
+                    messages = [{"role": "tool", "name": c["name"] or "error", "content": c["result"]}
+                                for c in episode.calls]
+                    episode.trajectory.turns += messages
+                    episode.trajectory.append(encode_tool_turn(tokenizer, messages, config), 0)
+        for episode in episodes:
+            episode.scoring.result()
+    finally:  # also on errors and Ctrl-C: never leave a container behind
+        pool.shutdown(wait=False, cancel_futures=True)
+        for episode in episodes:
+            if episode.sandbox is not None:
+                episode.sandbox.close()
+    return [e.trajectory for e in episodes]
+
+
+# ----------------------------------------------------------------------------- command line
+
+def format_transcript(traj: Trajectory) -> str:
+    lines = [f"=== {traj.task_id} (group {traj.group_id}): {traj.status} after {traj.num_turns} replies "
+             f"- {traj.end_reason}"]
+    for message in traj.turns:
+        lines.append(f"--- {message['role']}" + (f" ({message['name']})" if message.get("name") else ""))
+        lines.append(message["content"])
+    if traj.reward is not None:
+        r = traj.reward
+        lines.append(f"--- reward {r.reward:.2f} ({r.passed}/{r.total} tests){' - ' + r.reason if r.reason else ''}")
+    lines.append(f"--- {sum(traj.loss_mask)} sampled / {len(traj.tokens)} tokens; seconds: "
+                 + ", ".join(f"{k} {v:.1f}" for k, v in traj.timings.items()))
+    return "\n".join(lines)
+
+
+def main():
+    parser = argparse.ArgumentParser(description="Play a task with a Qwen3 checkpoint and print the transcripts.")
+    parser.add_argument("--model", required=True, help="Hugging Face Qwen3 directory")
+    parser.add_argument("--task", required=True, help="a terminal-bench task directory")
+    parser.add_argument("--n", type=int, default=4, help="episodes (played as one batch)")
+    parser.add_argument("--max-turns", type=int, default=10)
+    parser.add_argument("--max-new-tokens", type=int, default=1024)
+    parser.add_argument("--temperature", type=float, default=1.0)
+    parser.add_argument("--think", action="store_true", help="let Qwen3 think (no /no_think)")
+    args = parser.parse_args()
+
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from sandbox import build_task_image, load_task
+    device = "cuda" if torch.cuda.is_available() else "cpu"
+    tokenizer = AutoTokenizer.from_pretrained(args.model)
+    model = AutoModelForCausalLM.from_pretrained(
+        args.model, dtype=torch.bfloat16 if device == "cuda" else torch.float32).to(device)
+    config = RolloutConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
+                           temperature=args.temperature, no_think=not args.think)
+    task = load_task(args.task)
+    images = {task.task_id: build_task_image(task)}
+    trajectories = run_episodes([task] * args.n, [0] * args.n, HFGenerator(model, tokenizer, config),
+                                tokenizer, config, images)
+    for traj in trajectories:
+        print(format_transcript(traj), end="\n\n")
+    rewards = [t.reward.reward if t.reward else 0.0 for t in trajectories]
+    print(f"mean reward {sum(rewards) / len(rewards):.3f} over {len(rewards)} episodes")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,253 @@
+"""Reward tests against the real Docker daemon: scoring, cheating attempts, failure modes, statistics, CLI, data/."""
+import json
+import math
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import docker
+import numpy as np
+import pytest
+
+import reward
+import sandbox as sb
+from reward import RewardStats, pass_at_k, reward_buckets, score_episode
+from sandbox import BASE_IMAGE, Sandbox, load_task
+from test_sandbox import make_task, our_containers
+
+HERE = Path(__file__).resolve().parent
+TWO_FILES_TESTS = textwrap.dedent("""
+    from pathlib import Path
+    def test_a():
+        assert Path("/app/a.txt").read_text() == "a\\n"
+    def test_b():
+        assert Path("/app/b.txt").read_text() == "b\\n"
+""")
+FORCE_PASS_HOOK = textwrap.dedent("""
+    import pytest
+    @pytest.hookimpl(hookwrapper=True)
+    def pytest_runtest_makereport(item, call):
+        outcome = yield
+        outcome.get_result().outcome = "passed"
+""")
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leftover_containers():
+    client = docker.from_env()
+    before = our_containers(client)
+    yield
+    leaked = our_containers(client) - before
+    for container_id in leaked:
+        client.containers.get(container_id).remove(force=True)
+    assert not leaked, f"{len(leaked)} containers were left behind"
+
+
+@pytest.fixture(scope="module")
+def two_files(tmp_path_factory):
+    """Two tests; the honest partial solution writes only a.txt."""
+    task = load_task(make_task(tmp_path_factory.mktemp("tasks"), name="two-files", tests=TWO_FILES_TESTS,
+                               solution="echo a > /app/a.txt\necho b > /app/b.txt\n"))
+    return task, sb.build_task_image(task)
+
+
+def play(task_and_image, script: str, timeout: float = 60):
+    task, image = task_and_image
+    with Sandbox(task, image) as sandbox:
+        fingerprint = reward.fingerprint_verifier(sandbox)
+        sandbox.exec(script, timeout=timeout)
+        return score_episode(sandbox, task, fingerprint)
+
+
+def test_reward_is_fraction_of_passed_tests(two_files):
+    full, partial, nothing = (play(two_files, s) for s in ("echo a > a.txt; echo b > b.txt", "echo a > a.txt", "true"))
+    assert (full.passed, full.total, full.reward, full.strict, full.score, full.reason) == (2, 2, 1.0, True, 1.0, "")
+    assert (partial.reward, partial.strict, partial.score) == (0.5, False, 0.0)
+    assert partial.tests == {"test_outputs::test_a": "passed", "test_outputs::test_b": "failed"}
+    assert (nothing.reward, nothing.score, nothing.reason) == (0.0, -1.0, "")
+
+
+def naive_pytest_fooled(task_and_image, cheat: str) -> bool:
+    """Control: the same cheat against a naive verifier (plain pytest from /app) makes it report success."""
+    task, image = task_and_image
+    with Sandbox(task, image) as sandbox:
+        sandbox.exec(cheat)
+        sandbox.copy_dir(task.path / "tests", "/tests")
+        return sandbox.exec("python3 -m pytest -q -p no:cacheprovider /tests/test_outputs.py", timeout=60).exit_code == 0
+
+
+CHEATS = {
+    "conftest in / and /app": f"tee /conftest.py /app/conftest.py >/dev/null <<'EOF'\n{FORCE_PASS_HOOK}\nEOF",
+    "pytest.ini in / and /app loading a plugin": (
+        f"cat > /app/cheat_plugin.py <<'EOF'\n{FORCE_PASS_HOOK}\nEOF\n"
+        "printf '[pytest]\\npythonpath = /app\\naddopts = -p cheat_plugin\\n' | tee /pytest.ini /app/pytest.ini"),
+    "pre-created /tests": (
+        "mkdir -p /tests && echo 'def test_a(): pass' > /tests/test_outputs.py"
+        f" && cat > /tests/conftest.py <<'EOF'\n{FORCE_PASS_HOOK}\nEOF"),
+    "edited pytest source": (
+        "f=$(python3 -c 'import _pytest.reports as r; print(r.__file__)') && "
+        "printf '\\nTestReport.passed = property(lambda self: True)\\nTestReport.failed = property(lambda self: False)\\n'"
+        " >> $f && rm -rf $(dirname $f)/__pycache__/reports.*"),
+    "sitecustomize and .pth": (
+        f"d=/usr/local/lib/python3.11/dist-packages && mkdir -p $d && cat > $d/cheat_hook.py <<'EOF'\n{FORCE_PASS_HOOK}\nEOF\n"
+        "echo 'import os; os.environ[\"PYTEST_PLUGINS\"] = \"cheat_hook\"' > $d/sitecustomize.py && "
+        "echo 'import sitecustomize' > $d/cheat.pth"),
+    "shadowing pytest module": "echo 'import sys; sys.exit(0)' > /usr/lib/python3.11/pytest.py",
+    "fake python3 on PATH": "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3",
+    "replaced interpreter": "cp /bin/true /tmp/fake && mv -f /tmp/fake /usr/bin/python3.11",
+    "daemon re-planting /tests/conftest.py": (
+        f"cat > /app/cheat_conftest.py <<'EOF'\n{FORCE_PASS_HOOK}\nEOF\n"
+        "nohup bash -c 'while true; do [ -d /tests ] && cp /app/cheat_conftest.py /tests/conftest.py 2>/dev/null;"
+        " sleep 0.005; done' >/dev/null 2>&1 &"),
+}
+
+
+@pytest.mark.parametrize("name", list(CHEATS))
+def test_cheating_earns_nothing(two_files, name):
+    result = play(two_files, CHEATS[name])
+    assert result.reward == 0.0 and result.passed == 0, result
+    if name in ("edited pytest source", "shadowing pytest module", "replaced interpreter",
+                "daemon re-planting /tests/conftest.py"):
+        assert result.reason == "verifier tampered"
+
+
+@pytest.mark.parametrize("name", ["conftest in / and /app", "pytest.ini in / and /app loading a plugin",
+                                  "edited pytest source", "sitecustomize and .pth"])
+def test_cheats_would_fool_a_naive_verifier(two_files, name):
+    assert naive_pytest_fooled(two_files, CHEATS[name])
+
+
+def test_honest_work_beside_planted_files_still_counts(two_files):
+    result = play(two_files, "echo a > a.txt; echo b > b.txt; echo 'def test_x(): pass' > /app/test_mine.py;"
+                             " mkdir -p /tests && echo junk > /tests/notes.txt")
+    assert result.reward == 1.0 and result.reason == ""
+
+
+# ------------------------------------------------------------------------------------------- failure modes
+
+def scored(tmp_path, tests: str, yaml_text="instruction: x\n", script: str | None = None, files=None):
+    path = make_task(tmp_path, name="odd", tests=tests, yaml_text=yaml_text)
+    if script is not None:
+        (path / "run-tests.sh").write_text(script)
+    for name, text in (files or {}).items():
+        (path / "tests" / name).write_text(text)
+    task = load_task(path)
+    with Sandbox(task) as sandbox:
+        return score_episode(sandbox, task, reward.fingerprint_verifier(sandbox))
+
+
+def test_test_timeout_gives_zero(tmp_path):
+    result = scored(tmp_path, "import time\ndef test_slow():\n    time.sleep(100)\n",
+                    yaml_text="instruction: x\nmax_test_timeout_sec: 3\n")
+    assert (result.reward, result.reason) == (0.0, "test timeout") and result.seconds < 20
+
+
+def test_dead_container_gives_zero(two_files):
+    task, image = two_files
+    with Sandbox(task, image) as sandbox:
+        fingerprint = reward.fingerprint_verifier(sandbox)
+        sandbox.container.kill()
+        result = score_episode(sandbox, task, fingerprint)
+    assert (result.reward, result.reason) == (0.0, "container died")
+
+
+def test_missing_and_unparsable_results_give_zero(tmp_path):
+    missing = scored(tmp_path / "a", "import os\nos._exit(0)\ndef test_a(): pass\n")
+    assert (missing.reward, missing.reason) == (0.0, "no test results")
+    garbage = "def pytest_unconfigure(config):\n    open(config.option.xmlpath, 'w').write('<not xml')\n"
+    broken = scored(tmp_path / "b", "def test_a(): pass\n", files={"conftest.py": garbage})
+    assert (broken.reward, broken.reason) == (0.0, "unparsable test results")
+
+
+def test_skips_errors_and_shipped_conftest(tmp_path):
+    tests = textwrap.dedent("""
+        import pytest
+        def test_pass(): pass
+        def test_fail(): assert False
+        @pytest.mark.skip
+        def test_skipped(): pass
+        def test_error(broken_fixture): pass
+    """)
+    result = scored(tmp_path, tests, files={"conftest.py": "import pytest\n@pytest.fixture\n"
+                                                           "def broken_fixture():\n    raise RuntimeError\n"})
+    assert result.tests == {"test_outputs::test_pass": "passed", "test_outputs::test_fail": "failed",
+                            "test_outputs::test_skipped": "skipped", "test_outputs::test_error": "error"}
+    assert result.reward == 0.25 and not result.strict
+
+
+def test_run_tests_sh_with_xml_and_with_summary_only(tmp_path):
+    tests = "def test_one(): pass\ndef test_two(): assert False\n"
+    with_xml = scored(tmp_path / "a", tests, script="#!/bin/bash\ncd $TEST_DIR && python3 -m pytest test_outputs.py -rA\n")
+    assert with_xml.tests == {"test_outputs::test_one": "passed", "test_outputs::test_two": "failed"}
+    summary = scored(tmp_path / "b", tests,
+                     script="#!/bin/bash\npython3 -m pytest $TEST_DIR/test_outputs.py -rA -p no:junitxml\n")
+    assert summary.tests == {"/tests/test_outputs.py::test_one": "passed", "/tests/test_outputs.py::test_two": "failed"}
+    assert summary.reward == 0.5
+
+
+# ---------------------------------------------------------------------------------------------- statistics
+
+def test_pass_at_k():
+    assert pass_at_k(10, 3, 1) == pytest.approx(0.3)
+    assert pass_at_k(10, 3, 5) == pytest.approx(1 - math.comb(7, 5) / math.comb(10, 5))
+    assert pass_at_k(5, 0, 3) == 0.0 and pass_at_k(5, 5, 1) == 1.0 and pass_at_k(4, 2, 3) == 1.0
+    with pytest.raises(ValueError):
+        pass_at_k(3, 4, 1)
+
+
+def test_buckets_and_welford_statistics():
+    assert reward_buckets([0.0, 0.04, 0.05, 0.5, 0.98, 0.99, 1.0, 1.0]) == {
+        "<0.05": 0.25, "[0.05,0.99)": 0.375, ">=0.99": 0.375}
+    rng = np.random.default_rng(0)
+    stats, rewards = RewardStats(), rng.random(200)
+    for r in rewards:
+        stats.add("t", float(r), r >= 0.99)
+    s = stats.tasks["t"]
+    assert s.trials == 200 and s.strict == int((rewards >= 0.99).sum())
+    assert s.mean == pytest.approx(rewards.mean()) and s.std == pytest.approx(rewards.std(ddof=1))
+    assert stats.buckets() == reward_buckets(rewards)
+
+
+def test_categories():
+    stats = RewardStats()
+    for task, rewards in {"cold": [0.0] * 8, "cold-noisy": [0.0, 0.2, 0.0, 0.4], "suspicious": [1.0] * 8,
+                          "learnable": [1.0] * 150 + [0.0] * 20, "weak": [1.0] * 3 + [0.0] * 30,
+                          "stuck": [0.89] * 20, "noisy": [0.2, 0.9, 0.3, 0.95, 0.1]}.items():
+        for r in rewards:
+            stats.add(task, r, r >= 0.99)
+    assert stats.categories(["never"]) == {
+        "cold": ["cold"], "cold-noisy": ["cold-noisy"], "learnable": ["learnable"], "never-sampled": ["never"],
+        "partial-noisy": ["noisy"], "partial-stuck": ["stuck"], "suspicious": ["suspicious"],
+        "weak-learnable": ["weak"]}
+
+
+# ----------------------------------------------------------------------------------------- command line
+
+def run_cli(*args):
+    return subprocess.run([sys.executable, str(HERE / "reward.py"), *map(str, args)], capture_output=True, text=True,
+                          timeout=600, cwd=HERE)
+
+
+def test_cli_scores_a_solution_and_checks_tasks(tmp_path, two_files):
+    task, _ = two_files
+    partial = tmp_path / "partial.sh"
+    partial.write_text("echo a > /app/a.txt\n")
+    ran = run_cli(task.path, "--solution", partial)
+    assert ran.returncode == 0, ran.stderr
+    assert json.loads(ran.stdout.strip().splitlines()[-1]) == {
+        "task": "two-files", "passed": 1, "total": 2, "reward": 0.5, "reason": ""}
+    root = tmp_path / "tasks"
+    make_task(root, name="good", tests=TWO_FILES_TESTS, solution="echo a > /app/a.txt\necho b > /app/b.txt\n")
+    make_task(root, name="wrong-solution", tests=TWO_FILES_TESTS, solution="echo a > /app/a.txt\n")
+    checked = run_cli(root, "--check")
+    assert checked.returncode == 1
+    assert "PASS task 'good'" in checked.stdout and "FAIL task 'wrong-solution'" in checked.stdout
+    assert "reference solution scores 0.50" in checked.stdout
+    assert run_cli(root / "good", "--check").returncode == 0
+
+
+@pytest.mark.skipif(not (HERE / "data").is_dir(), reason="data/ (the bundled tasks) does not exist yet")
+def test_every_bundled_task_passes_check():
+    checked = run_cli(HERE / "data", "--check")
+    assert checked.returncode == 0, checked.stdout + checked.stderr[-3000:]

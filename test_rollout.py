@@ -1,0 +1,294 @@
+"""Tests of rollout.py against real Docker sandboxes and a tiny random Qwen3 (tiny_model.py).
+
+Protocol tests script the model's replies (ScriptedPolicy below is a GenerateFn), so each one knows
+exactly which tokens were "sampled" and which came from the chat template. Tasks are small throwaway
+task directories built FROM the base image, plus one bundled data/ task played by its solution.sh.
+Every test checks that no container of its task image is left behind.
+"""
+import json
+import os
+import shutil
+import textwrap
+import uuid
+from pathlib import Path
+
+import docker
+import pytest
+import torch
+
+from rollout import (END_OF_TURN, TOOLS, HFGenerator, RolloutConfig, encode_prompt, initial_messages,
+                     run_episodes)
+from sandbox import OWNER_LABEL, _owner, build_task_image, load_task
+from tiny_model import make_tiny_qwen3
+
+torch.set_num_threads(2)
+STATUSES = {"completed", "truncated", "timeout", "parse_error", "sandbox_error"}
+
+
+# ----------------------------------------------------------------------------- helpers
+
+def call(name: str, **arguments) -> str:
+    return "<tool_call>\n" + json.dumps({"name": name, "arguments": arguments}) + "\n</tool_call>"
+
+
+class Cut(str):
+    """A scripted reply that stops at max_new_tokens: no <|im_end|> at its end."""
+
+
+class ScriptedPolicy:
+    """GenerateFn replaying fixed replies; a prompt's reply is picked by its task (named in the
+    prompt) and its turn (assistant turns already in the prompt). `before_reply(task_id, turn)` lets
+    a test act on the world between turns."""
+
+    def __init__(self, tokenizer, scripts: dict[str, list[str]], before_reply=None):
+        self.tokenizer, self.scripts, self.before_reply = tokenizer, scripts, before_reply
+        self.eos_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+
+    def __call__(self, prompts):
+        replies = []
+        for prompt in prompts:
+            text = self.tokenizer.decode(prompt)
+            task_id = next(t for t in self.scripts if f"Task name:{t}\n" in text)
+            turn = text.count("<|im_start|>assistant") - 1
+            if self.before_reply:
+                self.before_reply(task_id, turn)
+            reply = self.scripts[task_id][turn]
+            ids = self.tokenizer.encode(reply, add_special_tokens=False)
+            ids += [] if isinstance(reply, Cut) else [self.eos_id]
+            replies.append((ids, [-0.5] * len(ids)))
+        return replies
+
+
+def runs(traj, mask_value: int) -> list[list[int]]:
+    """Maximal runs of tokens whose loss-mask value is mask_value."""
+    out, current = [], []
+    for token, m in zip(traj.tokens, traj.loss_mask):
+        if m == mask_value:
+            current.append(token)
+        elif current:
+            out.append(current)
+            current = []
+    return out + ([current] if current else [])
+
+
+def check_consistent(traj, tokenizer):
+    n = len(traj.tokens)
+    assert len(traj.loss_mask) == n and len(traj.sampling_logprobs) == n
+    assert traj.status in STATUSES and traj.reward is not None
+    assert all(lp == 0.0 for lp, m in zip(traj.sampling_logprobs, traj.loss_mask) if m == 0)
+    assert sum(traj.loss_mask) > 0 and traj.loss_mask[0] == 0
+    assert traj.num_turns == sum(t["role"] == "assistant" for t in traj.turns) == len(runs(traj, 1))
+    for key in ("sandbox", "generate", "tools", "reward"):
+        assert traj.timings[key] >= 0.0
+
+
+def my_containers(task_id: str | None = None) -> list:
+    """Containers this test process started (the sandbox labels each with its owner), optionally of one task."""
+    labels = [f"{OWNER_LABEL}={_owner()}"] + ([f"terminal-grpo.task={task_id}"] if task_id else [])
+    return docker.from_env().containers.list(all=True, filters={"label": labels})
+
+
+def make_task(root: Path, name: str, instruction: str, tests: str, timeout: float = 120) -> Path:
+    task_dir = root / f"{name}-{uuid.uuid4().hex[:8]}"
+    (task_dir / "tests").mkdir(parents=True)
+    (task_dir / "task.yaml").write_text(
+        f"instruction: {json.dumps(instruction)}\ndifficulty: easy\nmax_agent_timeout_sec: {timeout}\n"
+        "max_test_timeout_sec: 30\n")
+    (task_dir / "Dockerfile").write_text("FROM terminal-grpo-base:bookworm\nWORKDIR /app\n")
+    (task_dir / "solution.sh").write_text("#!/bin/bash\ntrue\n")
+    (task_dir / "tests" / "test_outputs.py").write_text(textwrap.dedent(tests))
+    return task_dir
+
+
+TOOL_TOUR_TESTS = """
+    from pathlib import Path
+
+    def test_notes_written():
+        assert Path("/app/notes.txt").read_text() == "alpha\\nbeta\\n"
+
+    def test_sorted_by_command():
+        assert Path("/app/sorted.txt").read_text() == "beta\\nalpha\\n"
+
+    def test_background_session_answer():
+        assert Path("/app/session.txt").read_text().strip() == "42"
+"""
+
+TOOL_TOUR = [
+    "I will write the notes first.\n" + call("shell_write_content_to_file", content="alpha\nbeta\n",
+                                             file_path="notes.txt"),
+    call("shell_exec", id="main", command="sort -r notes.txt > sorted.txt") + "\n"
+    + call("shell_exec", id="main", command="cat /app/sorted.txt"),
+    call("shell_exec", id="calc", block=False,
+         command="bash -c 'read n; echo $((n * 6)) > /app/session.txt; echo stored $((n * 6))'"),
+    call("shell_write_to_process", id="calc", command="7"),
+    call("shell_view", id="calc"),
+    "Done: notes written, sorted copy made, 42 stored by a background shell.",
+]
+
+
+@pytest.fixture(scope="module")
+def tokenizer(tmp_path_factory):
+    from transformers import AutoTokenizer
+    return AutoTokenizer.from_pretrained(make_tiny_qwen3(tmp_path_factory.mktemp("tiny") / "qwen3"))
+
+
+@pytest.fixture(scope="module")
+def tool_task(tmp_path_factory):
+    task = load_task(make_task(tmp_path_factory.mktemp("tasks"), "rollout-tools",
+                               "Write notes, sort them, and compute 7 * 6 in a background shell.", TOOL_TOUR_TESTS))
+    image = build_task_image(task)
+    yield task, image
+    leftovers = my_containers()
+    for container in leftovers:
+        container.remove(force=True)
+    docker.from_env().images.remove(image, force=True)
+    assert not leftovers, f"containers left behind: {leftovers}"
+
+
+def play(tokenizer, task_image, scripts, before_reply=None, n=1, **config):
+    task, image = task_image
+    policy = ScriptedPolicy(tokenizer, {task.task_id: scripts}, before_reply)
+    trajectories = run_episodes([task] * n, list(range(n)), policy, tokenizer,
+                                RolloutConfig(**{"max_new_tokens": 64, **config}), {task.task_id: image})
+    assert my_containers() == []
+    for traj in trajectories:
+        check_consistent(traj, tokenizer)
+    return trajectories
+
+
+# ----------------------------------------------------------------------------- protocol
+
+def test_scripted_policy_uses_all_four_tools_and_earns_full_reward(tokenizer, tool_task):
+    [traj] = play(tokenizer, tool_task, TOOL_TOUR)
+    assert traj.status == "completed", traj.end_reason
+    assert traj.reward.reward == 1.0 and traj.reward.strict, traj.reward
+    assert traj.num_turns == len(TOOL_TOUR)
+    assert [c["name"] for c in traj.tool_calls] == ["shell_write_content_to_file", "shell_exec", "shell_exec",
+                                                    "shell_exec", "shell_write_to_process", "shell_view"]
+    assert all(c["error"] is None for c in traj.tool_calls)
+    assert "beta\nalpha" in traj.tool_calls[2]["result"]
+    assert "stored 42" in traj.tool_calls[4]["result"] + traj.tool_calls[5]["result"]
+    # Mask-1 tokens are exactly the scripted replies (plus their end-of-turn token) ...
+    assert [tokenizer.decode(r) for r in runs(traj, 1)] == [reply + END_OF_TURN for reply in TOOL_TOUR]
+    assert all(lp == -0.5 for lp, m in zip(traj.sampling_logprobs, traj.loss_mask) if m)
+    # ... the mask-0 tokens carry the tool results in <tool_response> blocks ...
+    context = "".join(tokenizer.decode(r) for r in runs(traj, 0))
+    for c in traj.tool_calls:
+        assert f"<tool_response>\n{c['result']}\n</tool_response>" in context
+    # ... and the whole sequence is what the chat template renders for the same conversation, except
+    # that each reply was generated after the empty think block of a no-think generation prompt, which
+    # the template does not re-render in history.
+    rendered = tokenizer.apply_chat_template(traj.turns, tools=TOOLS, tokenize=False)
+    think = "<|im_start|>assistant\n<think>\n\n</think>\n\n"
+    assert tokenizer.decode(traj.tokens) + "\n" == rendered.replace("<|im_start|>assistant\n", think)
+
+
+def test_malformed_calls_get_error_responses_until_the_parse_error_limit(tokenizer, tool_task):
+    string_arguments = '<tool_call>\n{"name": "shell_exec", "arguments": "{\\"id\\": \\"a\\", \\"command\\": \\"echo ok\\"}"}\n</tool_call>'
+    script = [
+        "<tool_call>\n{not json}\n</tool_call>",
+        call("rm_everything", path="/") + string_arguments,
+        call("shell_exec", id="a"),  # command missing
+        "unreachable",
+    ]
+    [traj] = play(tokenizer, tool_task, script, max_parse_errors=3)
+    assert traj.status == "parse_error" and traj.num_turns == 3
+    errors = [c["error"] for c in traj.tool_calls]
+    assert "not valid JSON" in errors[0] and "unknown tool 'rm_everything'" in errors[1]
+    assert errors[2] is None and traj.tool_calls[2]["result"].strip() == "ok"  # JSON-string arguments work
+    assert "missing required argument 'command'" in errors[3]
+    context = "".join(tokenizer.decode(r) for r in runs(traj, 0))
+    assert "not valid JSON" in context and "unknown tool" in context
+    assert traj.reward.reward == 0.0
+
+
+def test_reply_cut_at_max_new_tokens(tokenizer, tool_task):
+    # First reply: one complete call, then cut inside a second one -> the complete call runs and a
+    # closing <|im_end|> (mask 0) is added. Second reply: cut with no complete call -> truncated.
+    script = [Cut(call("shell_exec", id="a", command="echo first") + '\n<tool_call>\n{"name": "shell_ex'),
+              Cut("I am still thinking about")]
+    [traj] = play(tokenizer, tool_task, script)
+    assert traj.status == "truncated" and "cut at max_new_tokens" in traj.end_reason
+    assert [c["result"].strip() for c in traj.tool_calls] == ["first"]
+    eos_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    first_reply_end = traj.loss_mask.index(0, traj.loss_mask.index(1))
+    assert traj.tokens[first_reply_end] == eos_id  # the added closing token, mask 0
+    assert [tokenizer.decode(r) for r in runs(traj, 1)] == list(script)
+    assert traj.tokens[-1] != eos_id and traj.loss_mask[-1] == 1
+
+
+def test_max_turns_truncates_but_last_calls_still_run(tokenizer, tool_task):
+    script = [call("shell_exec", id="a", command=f"echo turn{i} >> /app/log.txt") for i in range(5)]
+    [traj] = play(tokenizer, tool_task, script, max_turns=2)
+    assert traj.status == "truncated" and traj.num_turns == 2 and len(traj.tool_calls) == 2
+    assert traj.loss_mask[-1] == 1  # no tool-result turn appended after the last reply
+
+
+def test_context_budget_truncates(tokenizer, tool_task):
+    config = RolloutConfig()
+    prompt_tokens = len(encode_prompt(tokenizer, initial_messages(tool_task[0], config), config))
+    budget = prompt_tokens + 64 + 10  # room for the first reply, not for its tool results
+    [traj] = play(tokenizer, tool_task, [call("shell_exec", id="a", command="seq 1 50")] * 3,
+                  max_context_tokens=budget)
+    assert traj.status == "truncated" and "max_context_tokens" in traj.end_reason and traj.num_turns == 1
+    assert len(traj.tokens) + 64 > budget
+
+
+def test_agent_timeout(tmp_path, tokenizer):
+    task = load_task(make_task(tmp_path, "rollout-timeout", "Wait.", "def test_nothing():\n    pass\n", timeout=3))
+    image = build_task_image(task)
+    try:
+        [traj] = play(tokenizer, (task, image), [call("shell_exec", id="a", command="sleep 30", timeout=60)] * 3)
+        assert traj.status == "timeout" and traj.num_turns == 1
+        assert "timed out" in traj.tool_calls[0]["result"]  # the command's timeout was capped by the agent's
+    finally:
+        docker.from_env().images.remove(image, force=True)
+
+
+def test_sandbox_dying_mid_episode_is_a_sandbox_error(tokenizer, tool_task):
+    task, image = tool_task
+
+    def kill_container(task_id, turn):
+        if turn == 1:
+            for container in my_containers(task_id):
+                container.kill()
+
+    [traj] = play(tokenizer, tool_task, [call("shell_exec", id="a", command="true")] * 3, before_reply=kill_container)
+    assert traj.status == "sandbox_error" and traj.num_turns == 2
+    assert traj.reward.reward == 0.0 and traj.reward.reason
+
+
+# ----------------------------------------------------------------------------- bundled task, tiny model
+
+def test_bundled_task_solved_through_the_tools(tokenizer):
+    task_dir = Path(__file__).parent / "data" / "find-large-files"
+    if not (task_dir / "solution.sh").is_file():
+        pytest.skip("bundled task data/find-large-files not present")
+    task = load_task(task_dir)
+    image = build_task_image(task)
+    script = [call("shell_write_content_to_file", content=(task_dir / "solution.sh").read_text(),
+                   file_path="/tmp/solution.sh"),
+              call("shell_exec", id="main", command="bash /tmp/solution.sh && head -n 3 /app/large_files.txt"),
+              "The list is in /app/large_files.txt."]
+    [traj] = play(tokenizer, (task, image), script)
+    assert traj.status == "completed" and traj.reward.reward == 1.0, traj.reward
+
+
+def test_eight_episodes_with_a_tiny_random_model(tmp_path, tokenizer, tool_task):
+    from transformers import AutoModelForCausalLM
+    task, image = tool_task
+    model = AutoModelForCausalLM.from_pretrained(make_tiny_qwen3(tmp_path / "qwen3", seed=1))
+    config = RolloutConfig(max_turns=2, max_new_tokens=24, temperature=1.0)
+    torch.manual_seed(0)
+    trajectories = run_episodes([task] * 8, [0] * 4 + [1] * 4, HFGenerator(model, tokenizer, config),
+                                tokenizer, config, {task.task_id: image})
+    assert my_containers() == []
+    assert [t.group_id for t in trajectories] == [0] * 4 + [1] * 4
+    prompt = trajectories[0].tokens[:trajectories[0].loss_mask.index(1)]
+    for traj in trajectories:
+        check_consistent(traj, tokenizer)
+        assert traj.tokens[:len(prompt)] == prompt  # same task, same prompt
+        assert all(lp < 0 for lp, m in zip(traj.sampling_logprobs, traj.loss_mask) if m)
+        assert all(len(r) <= 24 for r in runs(traj, 1))
+        assert traj.reward.reward == 0.0  # random replies solve nothing
+    assert len({tuple(t.tokens) for t in trajectories}) == 8  # sampled, not identical

@@ -1,0 +1,288 @@
+"""Sandbox tests against the real Docker daemon (no mocks): task loading, images, limits, exec, sessions, clean-up."""
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+import docker
+import pytest
+
+import sandbox as sb
+from sandbox import BASE_IMAGE, OWNER_LABEL, Sandbox, SandboxError, TaskError, load_task, load_tasks
+
+HERE = Path(__file__).resolve().parent
+
+
+def make_task(root: Path, name="demo", yaml_text="instruction: do the thing\n",
+              dockerfile=f"FROM {BASE_IMAGE}\nWORKDIR /app\n", tests="def test_ok():\n    assert True\n",
+              solution="true\n") -> Path:
+    task = root / name
+    (task / "tests").mkdir(parents=True)
+    (task / "task.yaml").write_text(yaml_text)
+    (task / "Dockerfile").write_text(dockerfile)
+    (task / "tests" / "test_outputs.py").write_text(tests)
+    (task / "solution.sh").write_text(solution)
+    return task
+
+
+def our_containers(client):
+    return {c.id for c in client.containers.list(all=True, filters={"label": f"{OWNER_LABEL}={sb._owner()}"})}
+
+
+@pytest.fixture(scope="module", autouse=True)
+def no_leftover_containers():
+    """Whatever happens in this module, no container of this process is left behind (and leaks fail the run)."""
+    client = docker.from_env()
+    before = our_containers(client)
+    yield
+    leaked = our_containers(client) - before
+    for container_id in leaked:
+        client.containers.get(container_id).remove(force=True)
+    assert not leaked, f"{len(leaked)} containers were left behind"
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory):
+    return load_task(make_task(tmp_path_factory.mktemp("tasks")))
+
+
+@pytest.fixture(scope="module")
+def box(task):
+    with Sandbox(task) as sandbox:
+        yield sandbox
+
+
+# ------------------------------------------------------------------------------------------ task loading
+
+def test_load_task_defaults_and_unknown_keys(tmp_path):
+    path = make_task(tmp_path, yaml_text="instruction: hi\nauthor_name: someone\ncategory: x\ntags: [a, b]\n"
+                                         "max_test_timeout_sec: 30\n")
+    task = load_task(path)
+    assert (task.task_id, task.instruction, task.tags) == ("demo", "hi", ["a", "b"])
+    assert (task.max_agent_timeout_sec, task.max_test_timeout_sec, task.difficulty) == (360.0, 30.0, "medium")
+    assert task.parser_name == "pytest" and not task.run_tests_in_same_shell and not task.allow_network
+    assert task.solution == path / "solution.sh"
+
+
+@pytest.mark.parametrize("breakage, file, problem", [
+    (lambda p: (p / "task.yaml").unlink(), "task.yaml", "missing"),
+    (lambda p: (p / "Dockerfile").unlink(), "Dockerfile", "missing"),
+    (lambda p: (p / "tests" / "test_outputs.py").unlink(), "tests/test_outputs.py", "missing"),
+    (lambda p: (p / "task.yaml").write_text("instruction: [unclosed\n"), "task.yaml", "invalid YAML"),
+    (lambda p: (p / "task.yaml").write_text("difficulty: easy\n"), "task.yaml", "missing required key 'instruction'"),
+    (lambda p: (p / "task.yaml").write_text("- a list\n"), "task.yaml", "mapping"),
+    (lambda p: (p / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: soon\n"), "task.yaml",
+     "'max_test_timeout_sec' must be a positive number"),
+    (lambda p: (p / "task.yaml").write_text("instruction: x\nparser_name: swebench\n"), "task.yaml", "not supported"),
+])
+def test_broken_task_errors_name_task_file_and_problem(tmp_path, breakage, file, problem):
+    path = make_task(tmp_path, name="broken-one")
+    breakage(path)
+    with pytest.raises(TaskError) as error:
+        load_task(path)
+    assert str(error.value).startswith(f"task 'broken-one': {file}: ") and problem in str(error.value)
+
+
+def test_load_tasks_reports_every_broken_task(tmp_path):
+    make_task(tmp_path, name="good")
+    (make_task(tmp_path, name="bad-a") / "Dockerfile").unlink()
+    (make_task(tmp_path, name="bad-b") / "task.yaml").write_text("instruction: ''\n")
+    with pytest.raises(TaskError) as error:
+        load_tasks(tmp_path)
+    assert "task 'bad-a': Dockerfile: missing" in str(error.value) and "task 'bad-b': task.yaml" in str(error.value)
+    assert [t.task_id for t in load_tasks(tmp_path / "good")] == ["good"]
+
+
+def test_image_cached_by_context_hash_and_hides_tests_and_solution(tmp_path):
+    path = make_task(tmp_path, name="cache-me", dockerfile=f"FROM {BASE_IMAGE}\nWORKDIR /app\nCOPY . /app/\n")
+    (path / "data.txt").write_text("payload\n")
+    task = load_task(path)
+    client = docker.from_env()
+    tag = sb.build_task_image(task)
+    created = client.images.get(tag).attrs["Created"]
+    assert sb.build_task_image(task) == tag and client.images.get(tag).attrs["Created"] == created   # no rebuild
+    (path / "tests" / "test_outputs.py").write_text("def test_changed(): pass\n")
+    (path / "solution.sh").write_text("echo changed\n")
+    assert sb.build_task_image(task) == tag      # hidden files are not part of the image
+    with Sandbox(task, tag) as sandbox:
+        listing = sandbox.exec("ls -A /app; find / -xdev -name test_outputs.py -o -name solution.sh").output
+    assert "data.txt" in listing and "test_outputs.py" not in listing and "solution.sh" not in listing
+    (path / "data.txt").write_text("changed payload\n")
+    new_tag = sb.build_task_image(task)
+    assert new_tag != tag and new_tag.startswith("terminal-grpo-task/cache-me:")
+    for image in (tag, new_tag):
+        client.images.remove(image, force=True)
+
+
+def test_build_failure_names_task_dockerfile_and_log(tmp_path):
+    bad = load_task(make_task(tmp_path, name="no-build", dockerfile=f"FROM {BASE_IMAGE}\nRUN echo oops-marker && exit 3\n"))
+    good = load_task(make_task(tmp_path, name="builds"))
+    with pytest.raises(TaskError) as error:
+        sb.build_task_images([bad, good], max_workers=2)
+    message = str(error.value)
+    assert message.startswith("task 'no-build': Dockerfile: build failed") and "oops-marker" in message
+    assert "builds" not in message
+
+
+# ----------------------------------------------------------------------------------- container and exec
+
+def test_container_is_isolated_and_limited(box):
+    box.container.reload()
+    attrs = box.container.attrs
+    host = attrs["HostConfig"]
+    assert host["Init"] is True and host["Privileged"] is False and host["NetworkMode"] == "none"
+    assert host["Memory"] == 1 << 30 and host["PidsLimit"] == 256 and host["NanoCpus"] == 10 ** 9
+    assert attrs["Mounts"] == [] and not host["Binds"] and attrs["Config"]["WorkingDir"] == "/app"
+    assert attrs["Config"]["Labels"][sb.CONTAINER_LABEL] == "1"
+    assert attrs["Config"]["Labels"][OWNER_LABEL] == sb._owner()
+
+
+def test_exec_exit_code_combined_output_cwd_and_user(box):
+    result = box.exec("pwd; echo out; echo err >&2; exit 7")
+    assert (result.exit_code, result.output, result.timed_out) == (7, "/app\nout\nerr\n", False)
+    assert box.exec("cd /tmp && pwd").output == "/tmp\n" and box.exec("pwd").output == "/app\n"
+    assert box.exec("id -u", user="nobody").output.strip() == "65534"
+    assert box.exec("printf '%s' \"$1\" 'x'; echo \"quoted 'single' \\\"double\\\" ünï\"").output.endswith("ünï\n")
+
+
+def test_timeout_kills_the_whole_process_tree(box):
+    started = time.monotonic()
+    result = box.exec("(sleep 1000 &) ; bash -c 'sleep 1001 & sleep 1002'; echo never", timeout=2)
+    assert result.timed_out and result.exit_code is None and "never" not in result.output
+    assert time.monotonic() - started < 10
+    assert box.exec("pgrep -f 'sleep 100[012]' || echo none").output.strip() == "none"
+
+
+def test_background_jobs_end_with_their_command_unless_nohup(box):
+    box.exec("sleep 301 & nohup sleep 302 >/dev/null 2>&1 & setsid sleep 303 >/dev/null 2>&1 & echo started")
+    running = box.exec("pgrep -a sleep").output
+    assert "sleep 301" not in running and "sleep 302" in running and "sleep 303" in running
+    quick = box.exec("sleep 304 & echo returned")     # a job holding the output pipe does not block the command
+    assert quick.output == "returned\n" and quick.seconds < 5
+    box.exec("pkill -f 'sleep 30[234]'")
+
+
+def test_output_flood_is_capped_head_and_tail(box):
+    result = box.exec("seq 1 100000")
+    total = sum(len(f"{i}\n") for i in range(1, 100001))
+    assert result.output.startswith("1\n2\n3\n") and result.output.endswith("99999\n100000\n")
+    assert f"[... {total - box.max_output_chars} bytes of output dropped ...]" in result.output
+    flood = box.exec("yes", timeout=3)
+    assert flood.timed_out and len(flood.output) < box.max_output_chars + 100
+    assert box.exec("echo alive").output == "alive\n"
+
+
+def test_fork_bomb_is_contained(box):
+    result = box.exec(":(){ :|:& };:", timeout=15)
+    assert result.seconds < 20
+    assert box.is_alive() and box.exec("echo alive").output == "alive\n"
+    assert int(box.exec("ls /proc | grep -c '^[0-9]'").output) < 20     # nothing of the bomb is left
+
+
+def test_memory_hog_is_killed_but_container_survives(box):
+    result = box.exec("python3 -c \"x = b'x' * (3 * 1024 ** 3); print('allocated')\"", timeout=60)
+    assert result.exit_code != 0 and "allocated" not in result.output
+    assert box.is_alive() and box.exec("echo alive").output == "alive\n"
+
+
+def test_no_network(box):
+    result = box.exec("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\"")
+    assert result.exit_code != 0 and "unreachable" in result.output.lower()
+
+
+def test_background_session_survives_between_commands(box):
+    assert "started" in box.start_session("ticker", "for i in $(seq 1000); do echo tick $i; sleep 0.2; done")
+    time.sleep(0.7)
+    box.exec("echo some other command")
+    first = box.view_session("ticker")
+    assert first.startswith("tick 1\n")
+    time.sleep(0.5)
+    second = box.view_session("ticker")
+    last_seen = int(first.split()[-1])
+    assert second.startswith(f"tick {last_seen + 1}\n")              # only output since the last view
+    assert "already running" in box.start_session("ticker", "true")
+    assert "no session" in box.view_session("nope")
+
+
+def test_session_stdin_and_end(box):
+    box.start_session("repl", "python3 -i")
+    assert "42" in box.write_to_session("repl", "print(6 * 7)")
+    assert "'quote\" ünï" in box.write_to_session("repl", "print(\"'quote\\\" ünï\")")
+    box.write_to_session("repl", "exit()")
+    assert "ended with exit code 0" in box.view_session("repl")
+    assert "started" in box.start_session("repl", "echo second-run")     # an ended session's name can be reused
+    time.sleep(0.5)
+    assert box.view_session("repl") == "second-run\n[session 'repl' ended with exit code 0]"
+
+
+def test_write_file_arbitrary_content(box):
+    text = "quotes ' \" `x` $HOME \\n\nnewlines\n\tünïcødé ✓\n"
+    box.write_file("nested/dir/file.txt", text)
+    assert box.exec("cat /app/nested/dir/file.txt").output == text
+    box.write_file("/opt/run.sh", "#!/bin/sh\necho ran\n", mode=0o755)
+    assert box.exec("/opt/run.sh").output == "ran\n"
+    box.write_file("/tmp/blob.bin", bytes(range(256)))
+    assert box.exec("sha256sum /tmp/blob.bin | cut -c1-8").output.strip() == __import__("hashlib").sha256(
+        bytes(range(256))).hexdigest()[:8]
+    with pytest.raises(ValueError):
+        box.write_file("/app/nested/dir/file.txt/below", "x")   # a parent is a file
+
+
+def test_many_sandboxes_in_parallel(task):
+    def episode(i):
+        with Sandbox(task) as sandbox:
+            return [sandbox.exec(f"echo {i}-{j}").output for j in range(3)]
+    with ThreadPoolExecutor(8) as pool:
+        outputs = list(pool.map(episode, range(8)))
+    assert outputs == [[f"{i}-{j}\n" for j in range(3)] for i in range(8)]
+
+
+# ----------------------------------------------------------------------------------------------- clean-up
+
+def test_context_manager_removes_container_on_exception(task):
+    client = docker.from_env()
+    with pytest.raises(RuntimeError):
+        with Sandbox(task) as sandbox:
+            container_id = sandbox.container.id
+            raise RuntimeError("episode failed")
+    with pytest.raises(docker.errors.NotFound):
+        client.containers.get(container_id)
+    sandbox.close()                                     # idempotent
+    assert not sandbox.is_alive()
+    with pytest.raises(SandboxError):
+        sandbox.exec("true")
+
+
+def _child(code: str, task_path) -> subprocess.Popen:
+    script = textwrap.dedent(f"""
+        import os, sys, time
+        sys.path.insert(0, {str(HERE)!r})
+        import sandbox
+        box = sandbox.Sandbox(sandbox.load_task({str(task_path)!r})).start()
+        print(box.container.id, flush=True)
+    """) + textwrap.dedent(code)
+    return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+
+
+def test_ctrl_c_removes_containers(task):
+    child = _child("time.sleep(60)\n", task.path)
+    container_id = child.stdout.readline().strip()
+    child.send_signal(signal.SIGINT)
+    child.wait(timeout=60)
+    with pytest.raises(docker.errors.NotFound):
+        docker.from_env().containers.get(container_id)
+
+
+def test_containers_of_crashed_runs_are_removed_at_start_up(task):
+    child = _child("os._exit(1)\n", task.path)          # dies without any clean-up, like a SIGKILL
+    container_id = child.stdout.readline().strip()
+    child.wait(timeout=60)
+    client = docker.from_env()
+    assert client.containers.get(container_id).status == "running"
+    assert sb.cleanup_stale_containers() >= 1
+    with pytest.raises(docker.errors.NotFound):
+        client.containers.get(container_id)
