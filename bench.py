@@ -111,7 +111,127 @@ def bench_model(args):
 
 
 def bench_sandbox(args):
-    raise NotImplementedError("bench.py sandbox: not written yet")
+    """Ours (sandbox.py + reward.py) beside the raw docker SDK doing the same operations, interleaved in one run.
+
+    Both start containers with the same image, limits and labels. A raw episode runs the commands with
+    exec_run(["bash", "-c", cmd]) and scores with put_archive + pytest + get_archive of the JUnit XML; ours adds
+    the supervisor (timeouts, capped output) and the tamper checks. The verifier fingerprint is cached per
+    image, as in training, so it is taken once before timing."""
+    import io
+    import statistics
+    import tarfile
+    import tempfile
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+    from pathlib import Path
+
+    import docker
+
+    import reward
+    import sandbox
+
+    task_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-")) / "bench-task"
+    (task_dir / "tests").mkdir(parents=True)
+    (task_dir / "task.yaml").write_text("instruction: write hello to /app/out.txt\n")
+    (task_dir / "Dockerfile").write_text(f"FROM {sandbox.BASE_IMAGE}\nWORKDIR /app\n")
+    (task_dir / "tests" / "test_outputs.py").write_text(
+        "from pathlib import Path\n" + "".join(
+            f"def test_{i}():\n    assert Path('/app/out.txt').read_text() == 'hello\\n'\n" for i in range(3)))
+    task = sandbox.load_task(task_dir)
+    image = sandbox.build_task_image(task)
+    client = docker.from_env(max_pool_size=256, timeout=600)
+    labels = {sandbox.CONTAINER_LABEL: "1", sandbox.OWNER_LABEL: sandbox._owner()}   # stale clean-up covers them
+    raw_options = dict(entrypoint=["sleep", "infinity"], init=True, working_dir="/app", network_mode="none",
+                       mem_limit="1g", memswap_limit="1g", nano_cpus=10 ** 9, pids_limit=256, labels=labels, detach=True)
+    tests_tar = io.BytesIO()
+    with tarfile.open(fileobj=tests_tar, mode="w") as tar:
+        tar.add(task_dir / "tests", arcname="tests")
+    commands = ["echo hello > /app/out.txt", "ls -la /app", "cat /app/out.txt", "python3 -c 'print(6 * 7)'",
+                "grep -c hello /app/out.txt"]
+
+    def ours_start():
+        box = sandbox.Sandbox(task, image).start()
+        return box, box.close
+
+    def raw_start():
+        container = client.containers.run(image, **raw_options)
+        return container, lambda: container.remove(force=True)
+
+    def ours_episode(_):
+        with sandbox.Sandbox(task, image) as box:
+            fingerprint = reward.fingerprint_verifier(box)
+            for command in commands:
+                box.exec(command)
+            result = reward.score_episode(box, task, fingerprint)
+        return result.reward == 1.0
+
+    def raw_episode(_):
+        container = client.containers.run(image, **raw_options)
+        try:
+            for command in commands:
+                container.exec_run(["bash", "-c", command])
+            container.put_archive("/", tests_tar.getvalue())
+            container.exec_run(["python3", "-m", "pytest", "-q", "/tests/test_outputs.py", "--junitxml=/tmp/r.xml"])
+            stream, _ = container.get_archive("/tmp/r.xml")
+            return b'failures="0"' in b"".join(stream)
+        finally:
+            container.remove(force=True)
+
+    def timed(fn):
+        started = time.perf_counter()
+        fn()
+        return time.perf_counter() - started
+
+    def p50(samples):
+        return statistics.median(samples)
+
+    with sandbox.Sandbox(task, image) as box:        # warm-up: image, verifier fingerprint, stale clean-up
+        reward.fingerprint_verifier(box)
+
+    starts = {"ours": [], "raw": []}
+    for _ in range(2 * args.repeats):
+        for name, start in (("ours", ours_start), ("raw", raw_start)):
+            begun = time.perf_counter()
+            _, close = start()
+            starts[name].append(time.perf_counter() - begun)
+            close()
+
+    execs = {"ours": [], "raw": []}
+    box, close_box = ours_start()
+    container, close_container = raw_start()
+    try:
+        for _ in range(10 * args.repeats):
+            execs["ours"].append(timed(lambda: box.exec("echo hi")))
+            execs["raw"].append(timed(lambda: container.exec_run(["bash", "-c", "echo hi"])))
+    finally:
+        close_box()
+        close_container()
+
+    episodes, concurrency = {}, 64
+    for name, episode in (("raw", raw_episode), ("ours", ours_episode)):
+        begun = time.perf_counter()
+        with ThreadPoolExecutor(concurrency) as pool:
+            futures = [pool.submit(episode, i) for i in range(concurrency)]
+        outcomes = []
+        for future in futures:
+            try:
+                outcomes.append(future.result())
+            except Exception as e:     # noqa: BLE001 - a failed episode is counted, not fatal
+                print(f"{name} episode failed: {type(e).__name__}: {e}")
+                outcomes.append(False)
+        wall = time.perf_counter() - begun
+        episodes[name] = (wall, concurrency / wall, outcomes.count(False))
+
+    print(f"sandbox bench: image {image}, {2 * args.repeats} starts, {10 * args.repeats} execs, "
+          f"{concurrency} concurrent episodes (start, {len(commands)} commands, score, remove)")
+    print(f"{'':28}{'ours':>12}{'raw SDK':>12}{'ours/raw':>10}")
+    rows = [("container start-to-ready p50", p50(starts["ours"]) * 1e3, p50(starts["raw"]) * 1e3, "ms"),
+            ("exec round trip p50", p50(execs["ours"]) * 1e3, p50(execs["raw"]) * 1e3, "ms"),
+            (f"{concurrency} episodes wall time", episodes["ours"][0], episodes["raw"][0], "s")]
+    for label, ours, raw, unit in rows:
+        print(f"{label:28}{ours:>9.1f} {unit:<2}{raw:>9.1f} {unit:<2}{ours / raw:>9.2f}x")
+    print(f"{'episodes per second':28}{episodes['ours'][1]:>12.2f}{episodes['raw'][1]:>12.2f}")
+    print(f"{'failed episodes':28}{episodes['ours'][2]:>12d}{episodes['raw'][2]:>12d}")
 
 
 def bench_rollout(args):
@@ -184,10 +304,15 @@ def bench_rollout(args):
 
     print(f"rollout: {n} episodes x {len(script)} turns, tiny random Qwen3 decoding up to {max_new_tokens} "
           "tokens per turn (reply text scripted), real sandboxes and tests")
-    print(f"{'':16} {'wall s':>8} {'episodes/s':>11} {'gen tokens/s':>13} {'rewards':>8}")
+    print(f"{'':16} {'wall s':>8} {'episodes/s':>11} {'gen tokens/s':>13} {'(in generate)':>14} {'rewards':>8}  "
+          "seconds summed over episodes")
     for name, (wall, policy, trajectories, _) in rows.items():
         rewards = sum(t.reward.reward for t in trajectories)
-        print(f"{name:16} {wall:8.1f} {n / wall:11.2f} {policy.tokens / wall:13.0f} {rewards:5.0f}/{n}")
+        in_generate = policy.tokens / sum(end - begin for begin, end in policy.calls)
+        sums = ", ".join(f"{k} {sum(t.timings[k] for t in trajectories):.1f}"
+                         for k in ("sandbox", "tools", "reward"))
+        print(f"{name:16} {wall:8.1f} {n / wall:11.2f} {policy.tokens / wall:13.0f} {in_generate:14.0f} "
+              f"{rewards:5.0f}/{n}  {sums}")
     (seq_wall, seq_policy, _, _), (wall, policy, trajectories, start) = rows.values()
     print(f"speed-up batched / one at a time: {seq_wall / wall:.1f}x episodes/s, "
           f"{policy.tokens / wall / (seq_policy.tokens / seq_wall):.1f}x tokens/s")
@@ -197,9 +322,9 @@ def bench_rollout(args):
     split = {"generate": generate, "sandbox start (before 1st generate)": first,
              "between generates (tool calls)": between, "after last generate (last tools, tests)": tail}
     print("batched wall-time split: " + ", ".join(f"{k} {v:.1f} s ({100 * v / wall:.0f}%)" for k, v in split.items()))
-    tools, tests = (sum(t.timings[k] for t in trajectories) for k in ("tools", "reward"))
+    tools = sum(t.timings["tools"] for t in trajectories)
     print(f"tool calls: {tools:.1f} s summed over episodes ran in {between:.1f} s of wall time between generates "
-          f"({tools / max(between, 1e-9):.1f}x concurrency); tests: {tests:.1f} s summed over episodes")
+          f"({tools / max(between, 1e-9):.1f}x concurrency)")
     print(json.dumps({"episodes_per_s": {"sequential": n / seq_wall, "batched": n / wall},
                       "speedup": seq_wall / wall, "split_s": split}))
 

@@ -454,7 +454,7 @@ class GRPOTrainer:
     def rollout_metrics(self, trajectories: list[Trajectory]) -> dict:
         rewards = [t.reward.reward if t.reward else 0.0 for t in trajectories]
         for t, r in zip(trajectories, rewards):
-            self.stats.update(t.task_id, r)
+            self.stats.add(t.task_id, r, strict=bool(t.reward and t.reward.strict))
         statuses = Counter(t.status for t in trajectories)
         response_tokens = [sum(t.loss_mask) for t in trajectories]
         n = max(len(trajectories), 1)

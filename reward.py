@@ -1,31 +1,26 @@
-"""Episode reward: run the task's hidden tests in the episode's container; reward = passed / total.
+"""Episode reward: the task's hidden tests run in the episode's container; reward = passed / total.
 
-After the episode, in the same container, `score_episode` copies the task's tests/ to a random staging directory,
-then runs `_VERIFIER` as root with the interpreter recorded at start-up (`python3 -I -S -B`, so no PYTHON*
-variables, no site-packages .pth/sitecustomize, no user site). In one process it
-  1. checks the fingerprint (below) before anything else is imported,
-  2. moves any existing /tests out of the way and the staged tests into /tests, checks them,
-  3. runs pytest in-process: plugin auto-loading off, cache off, root dir and ini file pinned (the task's
-     tests/pytest.ini or /dev/null), conftest.py files outside /tests ignored, JUnit XML to an unpredictable path;
-     a task that ships run-tests.sh is run through it instead (its pytest writes the XML via PYTEST_ADDOPTS, or
-     its `-rA` summary is parsed),
-  4. checks the fingerprint and the tests again (a background process left by the agent could act during the run).
-The exit code comes from Docker and the XML is read with the archive API, not through the container's tools.
-Reward 0 with a reason (logged) for tampering, a test timeout, a dead container, missing or unparsable results:
-scoring never raises.
+`score_episode` stages the task's tests/ at a random path and runs `_VERIFIER` as root with the interpreter
+recorded at start-up, `python -I -S -B` (no PYTHON* variables, no site .pth/sitecustomize, no user site). In one
+process it checks the fingerprint before importing anything, swaps the staged tests in for whatever /tests holds,
+runs pytest in-process (plugin auto-loading and cache off, root dir and ini pinned to /tests, no conftest.py from
+outside /tests, JUnit XML to an unpredictable path), then re-checks. A task that ships run-tests.sh runs through it
+instead (XML via PYTEST_ADDOPTS, else its `-rA` summary is parsed; that path trusts bash and the script's python).
+The exit code comes from Docker and the XML through the archive API. Tampering, a test timeout, a dead container
+or missing/unparsable results give reward 0 with a reason.
 
-The fingerprint (taken per image: a fresh container equals its image) covers the test runner: the sha256 of
-every file the interpreter has open after a probe pytest session (the python3 binary, the shared libraries
-it maps, every stdlib and site-packages module pytest loads, with their .pyc files), the listing of each of those
-package directories (a new submodule would shadow), where each top-level module name resolves on the runner's
-sys.path (a planted `pytest.py` would shadow), and that /etc/ld.so.preload, pyvenv.cfg and a python311.zip
-stay absent. The interpreter binary and /etc/ld.so.preload are also read from the host through Docker, so a
-replaced interpreter cannot lie about itself. Not covered: a modified shared library or encodings module crafted to
-lie about file contents, a changed ld.so.cache, a daemon that forges the XML file while the tests run;
-installing a different pytest over the recorded one counts as tampering.
-
-Skipped and xfailed tests count as not passed (terminal-bench counts them as passed; here an agent could gain by
-making tests skip). Also here: reward statistics (per-task Welford mean/std, buckets, categories) and pass@k.
+The fingerprint, taken per image (a fresh container is its image), covers the test runner: the contents of every
+file the interpreter has open after a probe pytest session (the binary, its shared libraries, every stdlib and
+site-packages module pytest loads and their .pyc), the listing of those packages (a new submodule shadows), where
+each top-level module resolves (a planted pytest.py shadows), and that /etc/ld.so.preload, pyvenv.cfg and
+python311.zip stay absent. Size, mode and mtime of the interpreter and /etc/ld.so.preload are also read from the
+host through Docker, so a replaced interpreter is caught although it could lie about contents. After the run,
+stat (ctime cannot be set back) catches changes made while the tests ran. Not covered: a replacement interpreter
+of the same size and mtime, or a shared library or encodings module, crafted to lie about file contents; a
+changed ld.so.cache; a daemon left by the agent that forges the XML during the run. Installing another pytest
+over the recorded one counts as tampering. Skipped and xfailed tests count as not passed (terminal-bench counts
+them as passed, but an agent could gain by making tests skip). Also here: reward statistics, pass@k and the task
+authors' command line.
 """
 import argparse
 import ast
@@ -47,11 +42,11 @@ from pathlib import Path
 
 import docker
 
-from sandbox import ExecResult, Sandbox, SandboxError, Task, TaskError, build_task_image, load_task
+from sandbox import ExecResult, Sandbox, SandboxError, Task, TaskError, build_task_image, load_task, task_dirs
 
 log = logging.getLogger("terminal_grpo.reward")
 TAMPERED_EXIT = 86                      # the verifier's exit code when a check fails
-HOST_CHECKED = ("/etc/ld.so.preload",)  # read through Docker besides the interpreter
+HOST_CHECKED = ("/etc/ld.so.preload",)  # stat read through Docker, besides the interpreter's
 
 
 @dataclass
@@ -70,32 +65,42 @@ class RewardResult:
 
 
 # Runs in the container as `python -I -S -B -c _VERIFIER probe|run CONFIG`. Nothing is imported before the
-# fingerprint check except built-in and frozen modules (sha256, os, the path finder), hence no json.
+# fingerprint check except built-in and frozen modules (blake2b, os, the path finder), hence no json.
 _VERIFIER = r'''
 import os, sys
-try: from _sha256 import sha256
-except ImportError:
-    try: from _sha2 import sha256
-    except ImportError: from hashlib import sha256
+try: from _blake2 import blake2b        # built into the interpreter: no file on disk to tamper with
+except ImportError: from hashlib import blake2b
 from _frozen_importlib_external import PathFinder
 mode = sys.argv[1]
 cfg = eval(sys.argv[2], {"__builtins__": {}}) if mode == "run" else {}   # a literal written by reward.py
 
 def file_hash(path):
     try:
-        with open(path, "rb") as f: return sha256(f.read()).hexdigest()
+        with open(path, "rb") as f: return blake2b(f.read()).hexdigest()
     except OSError: return "absent"
 
-def digest():
-    h = sha256()
+def file_stat(path):
+    try: s = os.stat(path)
+    except OSError: return None
+    return s.st_ino, s.st_dev, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_mode
+
+def listing(d):
+    try: return "/".join(sorted(os.listdir(d)))
+    except OSError: return "absent"
+
+def origin(name):
+    spec = PathFinder.find_spec(name, cfg["path"])
+    return str(spec and spec.origin)
+
+def digest():                            # contents: compared with the fingerprint taken from the image
+    h = blake2b()
     for path in cfg["files"]: h.update(("%s=%s\n" % (path, file_hash(path))).encode())
-    for d in cfg["dirs"]:
-        try: h.update(("%s:%s\n" % (d, "/".join(sorted(os.listdir(d))))).encode())
-        except OSError: h.update(("%s:absent\n" % d).encode())
-    for name in cfg["top"]:
-        spec = PathFinder.find_spec(name, cfg["path"])
-        h.update(("%s@%s\n" % (name, spec and spec.origin)).encode())
+    for d in cfg["dirs"]: h.update(("%s:%s\n" % (d, listing(d))).encode())
+    for name in cfg["top"]: h.update(("%s@%s\n" % (name, origin(name))).encode())
     return h.hexdigest()
+
+def snapshot():                          # cheap re-check after the run: a write, rename or chmod changes ctime
+    return [file_stat(p) for p in cfg["files"]], [listing(d) for d in cfg["dirs"]], [origin(n) for n in cfg["top"]]
 
 def tests_intact():
     if any(file_hash("/tests/" + rel) != want for rel, want in cfg["tests"].items()): return False
@@ -141,6 +146,7 @@ if mode == "probe":                      # in a fresh container: what does a pyt
     sys.exit(0)
 
 import _signal; _signal.alarm(cfg["timeout"])      # SIGALRM ends the whole run at the test timeout
+before = snapshot()
 if digest() != cfg["digest"]: sys.exit(86)
 if os.path.lexists("/tests"): os.rename("/tests", cfg["staged"] + "/replaced")   # whatever the agent left there
 os.rename(cfg["staged"] + "/tests", "/tests")
@@ -158,23 +164,30 @@ else:
     os.chdir("/tests")
     import pytest
     code = int(pytest.main(cfg["args"]))
-sys.exit(86 if digest() != cfg["digest"] or not tests_intact() else code)
+sys.exit(86 if snapshot() != before or not tests_intact() else code)
 '''
 
 _fingerprints: dict[str, str] = {}     # image id -> fingerprint
+_probe_locks: dict[str, threading.Lock] = {}
 _fingerprint_lock = threading.Lock()
 
 
-def _host_sha256(sandbox: Sandbox, path: str) -> str:
-    """sha256 of a file read through Docker's archive API (no program in the container is involved)."""
+def _read_file(sandbox: Sandbox, path: str) -> bytes | None:
+    """A regular file's bytes read through Docker's archive API (no program in the container involved), or None."""
     try:
         stream, _ = sandbox.container.get_archive(path)
     except docker.errors.NotFound:
-        return "absent"
+        return None
     with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
         member = tar.next()
-        data = tar.extractfile(member) if member is not None and member.isfile() else None
-        return hashlib.sha256(data.read()).hexdigest() if data else f"not a file ({member and member.type})"
+        return tar.extractfile(member).read() if member is not None and member.isfile() else None
+
+
+def _host_stat(sandbox: Sandbox, path: str) -> str:
+    """Size, mode and mtime of a path as Docker sees it (HEAD of the archive API: nothing in the container runs)."""
+    api = sandbox.container.client.api
+    response = api.head(api._url("/containers/{0}/archive", sandbox.container.id), params={"path": path})
+    return response.headers.get("X-Docker-Container-Path-Stat", "") if response.ok else f"status {response.status_code}"
 
 
 def fingerprint_verifier(sandbox: Sandbox) -> str:
@@ -184,31 +197,18 @@ def fingerprint_verifier(sandbox: Sandbox) -> str:
     When the probe fails (no python3 or pytest in the image) the fingerprint says so and scores are 0."""
     image_id = sandbox.container.attrs["Image"]
     with _fingerprint_lock:
-        if image_id in _fingerprints:
-            return _fingerprints[image_id]
-    probe = sandbox.exec_argv(["python3", "-I", "-S", "-B", "-c", _VERIFIER, "probe"], timeout=120, user="0")
-    try:
-        cfg = ast.literal_eval(probe.output.strip().splitlines()[-1])
-        cfg["host"] = {path: _host_sha256(sandbox, path) for path in (cfg["exe"], *HOST_CHECKED)}
-    except (ValueError, SyntaxError, IndexError, TypeError):
-        return repr({"error": f"the verifier probe failed (exit code {probe.exit_code}): {probe.output[-800:]}"})
-    fingerprint = repr(cfg)
-    with _fingerprint_lock:
-        _fingerprints[image_id] = fingerprint
-    return fingerprint
-
-
-def _read_file(sandbox: Sandbox, path: str, limit: int = 64 << 20) -> bytes | None:
-    try:
-        stream, stat = sandbox.container.get_archive(path)
-    except docker.errors.NotFound:
-        return None
-    if stat.get("size", 0) > limit:
-        return None
-    with tarfile.open(fileobj=io.BytesIO(b"".join(stream))) as tar:
-        member = tar.next()
-        data = tar.extractfile(member) if member is not None and member.isfile() else None
-        return data.read() if data else None
+        probe_lock = _probe_locks.setdefault(image_id, threading.Lock())
+    with probe_lock:                   # the first episode of an image probes, its siblings wait for the result
+        if image_id not in _fingerprints:
+            probe = sandbox.exec_argv(["python3", "-I", "-S", "-B", "-c", _VERIFIER, "probe"], timeout=120, user="0")
+            try:
+                cfg = ast.literal_eval(probe.output.strip().splitlines()[-1])
+                cfg["host"] = {path: _host_stat(sandbox, path) for path in (cfg["exe"], *HOST_CHECKED)}
+            except Exception as e:     # noqa: BLE001 - not cached: the next episode probes again
+                return repr({"error": f"the verifier probe failed ({type(e).__name__}: {e}; exit code "
+                                      f"{probe.exit_code}): {probe.output[-800:]}"})
+            _fingerprints[image_id] = repr(cfg)
+        return _fingerprints[image_id]
 
 
 def _parse_junit(xml: bytes) -> dict[str, str]:
@@ -248,17 +248,17 @@ def score_episode(sandbox: Sandbox, task: Task, fingerprint: str | None) -> Rewa
         cfg = ast.literal_eval(fingerprint or fingerprint_verifier(sandbox))
         if "error" in cfg:
             return zero("verifier unavailable", cfg["error"])
-        changed = [path for path, want in cfg["host"].items() if _host_sha256(sandbox, path) != want]
+        changed = [path for path, want in cfg["host"].items() if _host_stat(sandbox, path) != want]
         if changed:
             return zero("verifier tampered", f"changed: {changed}")
         staged = f"/tmp/.verifier-{secrets.token_hex(8)}"
         tests_dir, script = task.path / "tests", task.path / "run-tests.sh"
         sandbox.copy_dir(tests_dir, staged + "/tests")
-        hashes = {p.relative_to(tests_dir).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest()
+        hashes = {p.relative_to(tests_dir).as_posix(): hashlib.blake2b(p.read_bytes()).hexdigest()
                   for p in tests_dir.rglob("*") if p.is_file() and "__pycache__" not in p.parts}
         if script.is_file():
             sandbox.write_file(staged + "/tests/run-tests.sh", script.read_bytes(), mode=0o755)
-            hashes["run-tests.sh"] = hashlib.sha256(script.read_bytes()).hexdigest()
+            hashes["run-tests.sh"] = hashlib.blake2b(script.read_bytes()).hexdigest()
         xml_path = f"{staged}/report.xml"
         ini = "/tests/pytest.ini" if (tests_dir / "pytest.ini").is_file() else "/dev/null"
         timeout = max(1, math.ceil(task.max_test_timeout_sec))
@@ -413,8 +413,7 @@ def _check_task(path: Path) -> tuple[bool, str]:
 
 def check_tasks(root: Path, workers: int = 4) -> int:
     """Check every task under root (or root itself); prints one line per task; returns the process exit code."""
-    paths = [root] if (root / "task.yaml").exists() else sorted(
-        p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
+    paths = task_dirs(root)
     if not paths:
         print(f"{root}: no task directories found")
         return 1

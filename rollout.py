@@ -33,8 +33,11 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Callable
 
+import torch
+from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
+
 from reward import RewardResult, fingerprint_verifier, score_episode
-from sandbox import Sandbox, SandboxError, Task
+from sandbox import Sandbox, SandboxError, Task, build_task_image, load_task
 
 END_OF_TURN = "<|im_end|>"
 
@@ -124,16 +127,10 @@ class HFGenerator:
         self.pad_id = tokenizer.pad_token_id if tokenizer.pad_token_id is not None else self.eos_id
 
     def __call__(self, prompts: list[list[int]]) -> list[tuple[list[int], list[float]]]:
-        import torch
-        from transformers import LogitsProcessorList
-
         device = next(self.model.parameters()).device
         width = max(len(p) for p in prompts)
-        input_ids = torch.full((len(prompts), width), self.pad_id, dtype=torch.long)  # [B, W]
-        attention_mask = torch.zeros_like(input_ids)  # [B, W]
-        for row, prompt in enumerate(prompts):
-            input_ids[row, width - len(prompt):] = torch.tensor(prompt)
-            attention_mask[row, width - len(prompt):] = 1
+        input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])  # [B, W]
+        attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [B, W]
         temperature = self.config.temperature
         sampling = dict(do_sample=True, temperature=temperature, top_p=self.config.top_p, top_k=0) \
             if temperature > 0 else dict(do_sample=False)
@@ -158,25 +155,23 @@ class HFGenerator:
 class _ChosenLogprobs:
     """Logits processor that records log softmax(logits / T)[sampled token] at every step.
 
-    A processor sees the raw logits of step t, and at step t+1 the ids including the token drawn at
-    step t; so it keeps one step of log-softmax ([B, V]) instead of all steps' logits ([B, S, V],
-    gigabytes for a 152k vocabulary). It leaves the logits unchanged; sampling happens after it.
+    At step t a processor sees the logits (before the temperature / top-p warpers, so raw logits for
+    Qwen3) and the ids up to the token drawn at step t-1; so it keeps one step of log-softmax ([B, V])
+    instead of all steps' logits ([B, S, V], gigabytes for a 152k vocabulary). Logits pass unchanged.
     """
 
     def __init__(self, temperature: float):
         self.temperature, self.previous, self.steps = temperature, None, []
 
     def __call__(self, input_ids, scores):
-        import torch
         if self.previous is not None:
-            self.steps.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1).cpu())  # [B]
+            self.steps.append(self.previous.gather(1, input_ids[:, -1:]).squeeze(1))  # [B], stays on device
         self.previous = torch.log_softmax(scores.float() / self.temperature, dim=-1)  # [B, V]
         return scores
 
     def finish(self, new_tokens):  # [B, S] -> [B, S]
-        import torch
-        last = self.previous.gather(1, new_tokens[:, -1:].to(self.previous.device)).squeeze(1).cpu()
-        return torch.stack(self.steps[:new_tokens.shape[1] - 1] + [last], dim=1)
+        last = self.previous.gather(1, new_tokens[:, -1:].to(self.previous.device)).squeeze(1)
+        return torch.stack(self.steps[:new_tokens.shape[1] - 1] + [last], dim=1).cpu()
 
 
 # ----------------------------------------------------------------------------- chat format
@@ -215,7 +210,7 @@ def encode_tool_turn(tokenizer, tool_messages: list[dict], config: RolloutConfig
 # ----------------------------------------------------------------------------- tool calls
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
-_TYPES = {"string": str, "boolean": bool, "number": float}
+_CALL_FORMAT = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
 def parse_tool_calls(text: str) -> list[dict]:
@@ -244,7 +239,7 @@ def _validate(payload) -> dict:
     if not isinstance(payload, dict) or "name" not in payload:
         raise ValueError('a tool call must be a JSON object {"name": ..., "arguments": {...}}')
     name, args = payload["name"], payload.get("arguments", payload.get("parameters", {}))
-    if name not in _SCHEMAS:
+    if not isinstance(name, str) or name not in _SCHEMAS:
         raise ValueError(f"unknown tool {name!r}; available: {', '.join(_SCHEMAS)}")
     if isinstance(args, str):  # some models send the arguments object as a JSON string
         try:
@@ -267,23 +262,19 @@ def _validate(payload) -> dict:
 
 
 def _coerce(value, json_type: str, where: str):
-    want = _TYPES[json_type]
-    if json_type == "boolean" and isinstance(value, str) and value.lower() in ("true", "false"):
-        return value.lower() == "true"
-    if json_type == "number" and isinstance(value, (int, float, str)) and not isinstance(value, bool):
+    """Accept what models commonly send for a JSON type ("false" for false, "5" for 5, 7 for "7")."""
+    if json_type == "boolean" and str(value).lower() in ("true", "false"):
+        return str(value).lower() == "true"
+    if json_type != "boolean" and isinstance(value, (str, int, float)) and not isinstance(value, bool):
         try:
-            return float(value)
+            return str(value) if json_type == "string" else float(value)
         except ValueError:
             pass
-    if json_type == "string" and isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if not isinstance(value, want):
-        raise ValueError(f"{where}: expected a {json_type}, got {json.dumps(value)}")
-    return value
+    raise ValueError(f"{where}: expected a {json_type}, got {json.dumps(value)}")
 
 
 def execute_tool(sandbox: Sandbox, name: str, args: dict, seconds_left: float) -> str:
-    """Run one validated call; SandboxError (container gone) propagates, other failures become text."""
+    """Run one validated call and return what the model will read; raises what the sandbox raises."""
     if name == "shell_exec" and args["block"]:
         timeout = max(1.0, min(args["timeout"], seconds_left))
         result = sandbox.exec(args["command"], timeout=timeout)
@@ -383,7 +374,7 @@ def _take_reply(episode: _Episode, ids: list[int], logprobs: list[float], tokeni
     if episode.parse_errors >= config.max_parse_errors:
         traj.tool_calls += [{**c, "result": None} for c in calls]
         episode.end("parse_error", f"{episode.parse_errors} malformed tool calls (max_parse_errors="
-                                   f"{config.max_parse_errors}); last: {[c['error'] for c in calls if c['error']][-1]}")
+                                   f"{config.max_parse_errors})")
 
 
 def _run_calls(episode: _Episode):
@@ -391,7 +382,7 @@ def _run_calls(episode: _Episode):
     begin = time.monotonic()
     for call in episode.calls:
         if call["error"]:
-            result = f"Error: {call['error']}. Call a tool as <tool_call>{{\"name\": ..., \"arguments\": {{...}}}}</tool_call>."
+            result = f"Error: {call['error']}. Call a tool as {_CALL_FORMAT}."
         elif episode.seconds_left() <= 0:
             result = "Error: not run, the agent time limit was reached."
         else:
@@ -422,6 +413,12 @@ def _finish(episode: _Episode):
         if episode.sandbox is not None:
             episode.sandbox.close()
         traj.timings["reward"] = time.monotonic() - begin
+
+
+def _close_sandboxes(episodes: list[_Episode]):
+    for episode in episodes:
+        if episode.sandbox is not None:
+            episode.sandbox.close()
 
 
 def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, tokenizer,
@@ -465,10 +462,9 @@ def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, 
         for episode in episodes:
             episode.scoring.result()
     finally:  # also on errors and Ctrl-C: never leave a container behind
-        pool.shutdown(wait=False, cancel_futures=True)
-        for episode in episodes:
-            if episode.sandbox is not None:
-                episode.sandbox.close()
+        _close_sandboxes(episodes)  # in-flight tool calls and tests now fail fast,
+        pool.shutdown(wait=True, cancel_futures=True)
+        _close_sandboxes(episodes)  # and a sandbox that was still starting is removed too
     return [e.trajectory for e in episodes]
 
 
@@ -477,7 +473,7 @@ def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, 
 def format_transcript(traj: Trajectory) -> str:
     lines = [f"=== {traj.task_id} (group {traj.group_id}): {traj.status} after {traj.num_turns} replies "
              f"- {traj.end_reason}"]
-    for message in traj.turns:
+    for message in traj.turns[1:]:  # the system prompt is the same for every episode
         lines.append(f"--- {message['role']}" + (f" ({message['name']})" if message.get("name") else ""))
         lines.append(message["content"])
     if traj.reward is not None:
@@ -498,11 +494,6 @@ def main():
     parser.add_argument("--temperature", type=float, default=1.0)
     parser.add_argument("--think", action="store_true", help="let Qwen3 think (no /no_think)")
     args = parser.parse_args()
-
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer
-
-    from sandbox import build_task_image, load_task
     device = "cuda" if torch.cuda.is_available() else "cpu"
     tokenizer = AutoTokenizer.from_pretrained(args.model)
     model = AutoModelForCausalLM.from_pretrained(

@@ -1,28 +1,22 @@
 """Docker sandboxes for terminal-agent episodes: task loading, task images, one container per episode.
 
-- Tasks are terminal-bench v0.1.x directories (task.yaml, Dockerfile, tests/test_outputs.py, optional
-  run-tests.sh and solution.sh). `load_task` validates one; every error names the task, the file and the problem.
-- Task images are built from each task's Dockerfile with a build context that leaves out tests/, run-tests.sh
-  and the solution (so the agent can never find them in the image). The tag carries a hash of that context
-  and of the base image id, so an image is rebuilt only when one of them changes.
-- `Sandbox` is one container per episode: docker-init as PID 1, working directory /app, no network unless the
-  task sets `allow_network: true`, memory/CPU/process limits, not privileged, nothing mounted from the host.
-  Containers are labelled with the owning process, so a later run removes the leftovers of a crashed one.
-- `exec` runs `bash -c COMMAND` under a small Python supervisor inside the container (`_SUPERVISOR`). The
-  command gets its own process group. At the timeout the whole group is killed. When the command ends by itself
-  the group gets SIGHUP, as when a terminal closes: stray background jobs (and fork bombs) end, while
-  `nohup`-ed or `setsid`-ed daemons keep running. Output is capped inside the container (head + tail), so
-  `yes` cannot flood the host.
-- Background sessions: a `setsid` process whose stdin is a FIFO and whose output goes to a log file;
-  the byte offset already shown is kept here, under a lock.
+- Tasks are terminal-bench v0.1.x directories; `load_task` validates one, naming task, file and problem.
+- Task images: each task's Dockerfile built with a context that leaves out tests/, run-tests.sh and the solution
+  (the agent can never find them in the image), tagged by a hash of that context and of the FROM image ids.
+- `Sandbox`: one container per episode with docker-init as PID 1, /app, no network unless the task sets
+  `allow_network: true`, memory/CPU/process limits, nothing from the host; labelled with the owning process so
+  that a later run removes what a crashed one left.
+- `exec` runs `bash -c COMMAND` under a small Python supervisor in the container (`_SUPERVISOR`) that gives the
+  command its own process group, kills the group at the timeout, and caps the output (head + tail) in the
+  container so `yes` cannot flood the host. When the command ends by itself, jobs it left get SIGHUP as when a
+  terminal closes: `cmd &` (and fork bombs) end, `nohup cmd &` and `setsid cmd &` keep running.
+- Background sessions: a `setsid` process reading a FIFO and appending to a log; the offset shown is kept here.
 
-Deliberate simplifications: each command starts afresh in /app (`cd` and variables do not carry over; use
-a session for that); session programs see a pipe, not a terminal (`python3 -i` for a REPL); the image must
-have bash and python3 (the supervisor and the verifier need them); disk use is not limited (no quota on
-overlay2 over ext4); a SIGKILL of the training process leaves containers that the next run removes.
+Simplifications: every command starts afresh in /app (use a session to keep state); sessions see a pipe, not a
+terminal (`python3 -i` for a REPL); images need bash and python3; disk use is not limited (overlay2 on ext4 has
+no quota); a SIGKILLed training process leaves containers behind until the next run starts.
 """
 import atexit
-import hashlib
 import io
 import logging
 import os
@@ -35,6 +29,7 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
+from hashlib import sha256
 from pathlib import Path
 
 import docker
@@ -43,13 +38,17 @@ import yaml
 BASE_IMAGE = os.environ.get("BASE_IMAGE", "terminal-grpo-base:bookworm")
 CONTAINER_LABEL = "terminal-grpo"                  # "terminal-grpo"="1" on every container we start
 OWNER_LABEL = "terminal-grpo.owner"                # "host:pid:process-start-time" of the process that started it
-HIDDEN_FROM_IMAGE = {"tests", "run-tests.sh", "solution.sh", "solution.yaml"}   # never in the build context
+HIDDEN_FROM_IMAGE = {"tests", "run-tests.sh", "solution.sh", "solution.yaml"}   # top-level names
 SESSION_ROOT = "/tmp/.sessions"
 log = logging.getLogger("terminal_grpo.sandbox")
 
 
 class TaskError(ValueError):
     """A task directory that cannot be used; the message names the task, the file and the problem."""
+
+
+class SandboxError(RuntimeError):
+    """The container died or could not start."""
 
 
 @dataclass
@@ -67,8 +66,15 @@ class Task:
 
     @property
     def solution(self) -> Path | None:
-        path = self.path / "solution.sh"
-        return path if path.is_file() else None
+        return self.path / "solution.sh" if (self.path / "solution.sh").is_file() else None
+
+
+@dataclass
+class ExecResult:
+    exit_code: int | None                   # None when timed out / killed
+    output: str                             # combined stdout+stderr, head+tail capped with a marker
+    timed_out: bool = False
+    seconds: float = 0.0
 
 
 _OPTIONAL_KEYS = {"difficulty": str, "max_agent_timeout_sec": float, "max_test_timeout_sec": float,
@@ -76,15 +82,12 @@ _OPTIONAL_KEYS = {"difficulty": str, "max_agent_timeout_sec": float, "max_test_t
 
 
 def load_task(path) -> Task:
-    """Validate one terminal-bench task directory; unknown task.yaml keys (author_name, ...) are allowed."""
+    """Validate one task directory; unknown task.yaml keys (author_name, category, ...) are allowed."""
     path = Path(path).resolve()
-    task_id = path.name
 
     def error(file, problem):
-        return TaskError(f"task '{task_id}': {file}: {problem}")
+        return TaskError(f"task '{path.name}': {file}: {problem}")
 
-    if not path.is_dir():
-        raise error(str(path), "not a directory")
     for required in ("task.yaml", "Dockerfile", "tests/test_outputs.py"):
         if not (path / required).is_file():
             raise error(required, "missing")
@@ -94,69 +97,63 @@ def load_task(path) -> Task:
         raise error("task.yaml", f"invalid YAML: {e}") from None
     if not isinstance(spec, dict):
         raise error("task.yaml", "expected a mapping of keys to values")
-    instruction = spec.get("instruction")
-    if not isinstance(instruction, str) or not instruction.strip():
+    if not isinstance(spec.get("instruction"), str) or not spec["instruction"].strip():
         raise error("task.yaml", "missing required key 'instruction' (a non-empty string)")
     values = {}
     for key, kind in _OPTIONAL_KEYS.items():
         value = spec.get(key)
         if value is None:
             continue
-        is_number = isinstance(value, (int, float)) and not isinstance(value, bool)
-        if (kind is float and not (is_number and value > 0)) or (kind is not float and not isinstance(value, kind)):
-            raise error("task.yaml", f"'{key}' must be {'a positive number' if kind is float else kind.__name__}, "
-                                     f"got {value!r}")
+        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
+            raise error("task.yaml", f"'{key}' must be a positive number, got {value!r}")
+        if kind is not float and not isinstance(value, kind):
+            raise error("task.yaml", f"'{key}' must be a {kind.__name__}, got {value!r}")
         values[key] = float(value) if kind is float else value
     if not all(isinstance(tag, str) for tag in values.get("tags", [])):
         raise error("task.yaml", "'tags' must be a list of strings")
     if values.get("parser_name", "pytest") != "pytest":
         raise error("task.yaml", f"parser_name {values['parser_name']!r} is not supported (only 'pytest')")
-    return Task(task_id=task_id, path=path, instruction=instruction, **values)
+    return Task(task_id=path.name, path=path, instruction=spec["instruction"], **values)
+
+
+def task_dirs(root) -> list[Path]:
+    """`root` itself if it is a task directory, else its task subdirectories (hidden ones and _x skipped)."""
+    root = Path(root)
+    if (root / "task.yaml").exists() or not root.is_dir():
+        return [root]
+    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
 
 
 def load_tasks(root_or_paths) -> list[Task]:
-    """Load a directory of task directories (or one task directory, or a list of them); report every broken task."""
-    if isinstance(root_or_paths, (str, Path)):
-        root = Path(root_or_paths)
-        if (root / "task.yaml").exists():
-            paths = [root]
-        elif root.is_dir():
-            paths = sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-        else:
-            raise TaskError(f"{root}: neither a task directory nor a directory of tasks")
-        if not paths:
-            raise TaskError(f"{root}: no task directories found")
-    else:
-        paths = [Path(p) for p in root_or_paths]
+    """Load a directory of tasks, one task directory or a list of them; one TaskError lists every broken task."""
+    paths = task_dirs(root_or_paths) if isinstance(root_or_paths, (str, Path)) else map(Path, root_or_paths)
     tasks, errors = [], []
     for path in paths:
         try:
             tasks.append(load_task(path))
         except TaskError as e:
             errors.append(str(e))
-    seen = set()
-    for task in tasks:
-        if task.task_id in seen:
-            errors.append(f"task '{task.task_id}': task.yaml: two task directories share this name")
-        seen.add(task.task_id)
-    if errors:
-        raise TaskError("\n".join(errors))
+    if len({t.task_id for t in tasks}) < len(tasks):
+        errors.append(f"task ids are not unique: {sorted(t.task_id for t in tasks)}")
+    if errors or not tasks:
+        raise TaskError("\n".join(errors) or f"{root_or_paths}: no task directories found")
     return tasks
 
 
-# ----------------------------------------------------------------------------------------------- task images
+# ------------------------------------------------------------------------------------------- task images
 
-_client_lock = threading.Lock()
+_lock = threading.Lock()            # guards the module state below
 _shared_client = None
 _build_locks: dict[str, threading.Lock] = {}
+_live: set["Sandbox"] = set()       # started and not closed: closed at interpreter exit (also after Ctrl-C)
+_stale_checked = False
 
 
 def _client() -> docker.DockerClient:
-    """One client per process; its connection pool is sized for many sandboxes working at once."""
+    """One client per process, its connection pool sized for many sandboxes at once."""
     global _shared_client
-    with _client_lock:
-        if _shared_client is None:
-            _shared_client = docker.from_env(timeout=600, max_pool_size=256)
+    with _lock:
+        _shared_client = _shared_client or docker.from_env(timeout=600, max_pool_size=256)
         return _shared_client
 
 
@@ -164,61 +161,35 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "task"
 
 
-def _context_files(task_dir: Path) -> list[tuple[str, Path]]:
-    """Build-context entries (relative path, path), sorted; tests and solutions are left out."""
-    entries = []
-    for path in sorted(task_dir.rglob("*")):
-        parts = path.relative_to(task_dir).parts
-        if parts[0] not in HIDDEN_FROM_IMAGE and "__pycache__" not in parts:
-            entries.append(("/".join(parts), path))
-    return entries
-
-
-def _base_image_ids(dockerfile: str, client) -> list[str]:
-    """Image ids of the Dockerfile's FROM images (names when not present locally), so a rebuilt base counts."""
-    ids, stages = [], set()
-    for line in dockerfile.splitlines():
-        words = [w for w in line.split() if not w.startswith("--")]
-        if len(words) < 2 or words[0].upper() != "FROM":
-            continue
-        if words[1].lower() not in stages:
-            try:
-                ids.append(client.images.get(words[1]).id)
-            except docker.errors.ImageNotFound:
-                ids.append(words[1])
-        if len(words) >= 4 and words[2].upper() == "AS":
-            stages.add(words[3].lower())
-    return ids
-
-
 def build_task_image(task: Task, client=None) -> str:
-    """Build (or reuse) the task's image; the tag `terminal-grpo-task/<id>:<hash16>` changes with its inputs."""
+    """Build (or reuse) the task's image `terminal-grpo-task/<id>:<hash16>`; raises TaskError if the build fails."""
     client = client or _client()
-    files = _context_files(task.path)
-    digest = hashlib.sha256()
-    for base in _base_image_ids((task.path / "Dockerfile").read_text(errors="replace"), client):
-        digest.update(f"FROM {base}\0".encode())
-    for rel, path in files:
-        if path.is_symlink():
-            digest.update(f"L {rel} {os.readlink(path)}\0".encode())
-        elif path.is_file():
-            content = hashlib.sha256(path.read_bytes()).hexdigest()
-            digest.update(f"F {rel} {os.access(path, os.X_OK)} {content}\0".encode())
-        else:
-            digest.update(f"D {rel}\0".encode())
+
+    def anonymous(info):        # owner and mtime zeroed: the archive (and its hash) depends on content only
+        info.uid = info.gid = info.mtime = 0
+        info.uname = info.gname = ""
+        return info
+    context = io.BytesIO()
+    with tarfile.open(fileobj=context, mode="w") as tar:
+        for path in sorted(task.path.rglob("*")):
+            rel = path.relative_to(task.path)
+            if rel.parts[0] not in HIDDEN_FROM_IMAGE and "__pycache__" not in rel.parts:
+                tar.add(path, rel.as_posix(), recursive=False, filter=anonymous)
+    digest = sha256(context.getvalue())
+    for base in re.findall(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", (task.path / "Dockerfile").read_text(), re.M | re.I):
+        try:
+            digest.update(client.images.get(base).id.encode())   # a rebuilt base image means a rebuild here
+        except docker.errors.DockerException:                    # not here (pulled at build), a stage, ${ARG}
+            digest.update(base.encode())
     tag = f"terminal-grpo-task/{_slug(task.task_id)}:{digest.hexdigest()[:16]}"
-    with _client_lock:
-        lock = _build_locks.setdefault(tag, threading.Lock())
-    with lock:   # a second thread asking for the same image waits for the first build
+    with _lock:
+        build_lock = _build_locks.setdefault(tag, threading.Lock())
+    with build_lock:            # a second thread asking for the same image waits for the first build
         try:
             client.images.get(tag)
             return tag
         except docker.errors.ImageNotFound:
             pass
-        context = io.BytesIO()
-        with tarfile.open(fileobj=context, mode="w") as tar:
-            for rel, path in files:
-                tar.add(path, arcname=rel, recursive=False)
         context.seek(0)
         try:
             client.images.build(fileobj=context, custom_context=True, tag=tag, rm=True, forcerm=True,
@@ -234,24 +205,19 @@ def build_task_image(task: Task, client=None) -> str:
 
 
 def build_task_images(tasks: list[Task], max_workers: int = 4) -> dict[str, str]:
-    """Build all task images in parallel; raises one TaskError listing every task whose build failed."""
+    """Build all task images in parallel: task_id -> tag; one TaskError lists every failed build."""
     with ThreadPoolExecutor(max_workers=max_workers) as pool:
         futures = {task.task_id: pool.submit(build_task_image, task) for task in tasks}
-    images, errors = {}, []
-    for task_id, future in futures.items():
-        try:
-            images[task_id] = future.result()
-        except TaskError as e:
-            errors.append(str(e))
+    errors = [str(f.exception()) for f in futures.values() if f.exception()]
     if errors:
         raise TaskError("\n".join(errors))
-    return images
+    return {task_id: future.result() for task_id, future in futures.items()}
 
 
-# ------------------------------------------------------------------------------- ownership and clean-up
+# ------------------------------------------------------------------------------ ownership and clean-up
 
 def _process_start(pid: int) -> str | None:
-    """Start time of a process (clock ticks since boot): with the pid it identifies a process despite pid reuse."""
+    """Start time of a process (ticks since boot): with the pid it identifies a process despite pid reuse."""
     try:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[19]
     except (OSError, IndexError):
@@ -268,19 +234,13 @@ def cleanup_stale_containers(client=None) -> int:
     for container in client.containers.list(all=True, filters={"label": f"{CONTAINER_LABEL}=1"}):
         owner_host, _, rest = container.labels.get(OWNER_LABEL, "").partition(":")
         pid, _, started = rest.partition(":")
-        if owner_host != host or not pid.isdigit() or str(_process_start(int(pid))) == started:
-            continue
-        try:
-            container.remove(force=True)
-            removed += 1
-        except docker.errors.APIError:
-            pass   # already gone, or being removed by someone else
+        if owner_host == host and pid.isdigit() and str(_process_start(int(pid))) != started:
+            try:
+                container.remove(force=True)
+                removed += 1
+            except docker.errors.APIError:
+                pass            # already gone, or being removed by someone else
     return removed
-
-
-_live: set["Sandbox"] = set()        # started and not closed: closed at interpreter exit (also after Ctrl-C)
-_live_lock = threading.Lock()
-_stale_checked = False
 
 
 @atexit.register
@@ -289,26 +249,10 @@ def _close_live_sandboxes():
         sandbox.close()
 
 
-# --------------------------------------------------------------------------------------------- the sandbox
+# ------------------------------------------------------------------------------------------- the sandbox
 
-@dataclass
-class ExecResult:
-    exit_code: int | None                   # None when timed out / killed
-    output: str                             # combined stdout+stderr, head+tail capped with a marker
-    timed_out: bool = False
-    seconds: float = 0.0
-
-
-class SandboxError(RuntimeError):
-    """The container died, could not start, or Docker failed."""
-
-
-def _drop_marker(dropped: int) -> str:
-    return f"\n[... {dropped} bytes of output dropped ...]\n"
-
-
-# Runs inside the container as `python3 -I -S -c _SUPERVISOR COMMAND TIMEOUT KEEP CWD`; prints one header
-# line "exit_code timed_out head_length dropped_bytes", then the first and the last KEEP bytes of the output.
+# `python3 -I -S -c _SUPERVISOR COMMAND TIMEOUT KEEP CWD` prints the header "exit_code timed_out head_length
+# dropped_bytes", then the first and the last KEEP bytes of the command's output.
 _SUPERVISOR = r"""
 import os, select, sys, time
 from _signal import SIGHUP, SIGKILL     # not `signal`: importing it (enum) would double the start-up time
@@ -336,6 +280,9 @@ def pump(wait):                          # True: read some output, False: end of
     head.extend(data[:room]); tail.extend(data[room:])
     if len(tail) > 2 * keep: del tail[:-keep]
     return True
+def signal_group(sig):
+    try: os.killpg(pid, sig); return True
+    except OSError: return False
 deadline, status, timed_out, is_open = time.monotonic() + limit, None, False, True
 while status is None:
     if is_open: is_open = pump(0.05) is not False
@@ -343,14 +290,12 @@ while status is None:
     done, st = os.waitpid(pid, os.WNOHANG)
     if done: status = st
     elif time.monotonic() > deadline:
-        timed_out = True
-        try: os.killpg(pid, SIGKILL)
-        except OSError: pass
+        timed_out = True; signal_group(SIGKILL)
         status = os.waitpid(pid, 0)[1]
-for _ in range(300 if timed_out else 1):     # SIGHUP like a closed terminal; after a timeout, SIGKILL until gone
-    try: os.killpg(pid, SIGKILL if timed_out else SIGHUP)
-    except OSError: break
-    time.sleep(0.01)
+if timed_out:                            # SIGKILL until the group is gone (a fork bomb refills it)
+    while signal_group(SIGKILL) and time.monotonic() < deadline + 3: time.sleep(0.01)
+elif signal_group(0):                    # jobs left: let `nohup`/`setsid` detach, then hang up like a closed terminal
+    time.sleep(0.25); signal_group(SIGHUP)
 while is_open:                           # collect the last output; a daemon may keep the pipe open for ever
     got = pump(0.1)
     if got is None: break
@@ -381,14 +326,13 @@ done"""
 
 
 class Sandbox:
-    """One container per episode; use as a context manager (the container is removed however the block ends)."""
+    """One container per episode; a context manager (the container is removed however the block ends)."""
 
     def __init__(self, task: Task, image: str | None = None, *, mem_limit="1g", cpus=1.0, pids_limit=256,
                  max_output_chars=10_000, labels: dict[str, str] | None = None):
-        self.task, self.image = task, image
+        self.task, self.image, self.labels = task, image, labels or {}
         self.mem_limit, self.cpus, self.pids_limit = mem_limit, cpus, pids_limit
         self.max_output_chars = max_output_chars
-        self.labels = labels or {}
         self.container = None
         self._sessions: dict[str, list] = {}     # session id -> [directory, bytes of its log already shown]
         self._session_lock = threading.Lock()
@@ -400,44 +344,40 @@ class Sandbox:
         self.close()
 
     def start(self) -> "Sandbox":
+        """Start the container (building the image first if none was given: that may raise TaskError)."""
         global _stale_checked
         if self.container is not None:
             return self
         client = _client()
-        with _live_lock:
+        with _lock:
             check_stale, _stale_checked = not _stale_checked, True
-        if check_stale:
-            removed = cleanup_stale_containers(client)
-            if removed:
-                log.warning("removed %d containers left by crashed earlier runs", removed)
+        if check_stale and (removed := cleanup_stale_containers(client)):
+            log.warning("removed %d containers left by crashed earlier runs", removed)
         image = self.image or build_task_image(self.task, client)
         labels = {CONTAINER_LABEL: "1", OWNER_LABEL: _owner(), "terminal-grpo.task": self.task.task_id, **self.labels}
         try:
             self.container = client.containers.create(
-                image, entrypoint=["sleep", "infinity"], init=True, working_dir="/app", labels=labels,
-                name=f"tg-{_slug(self.task.task_id)[:40]}-{secrets.token_hex(4)}", detach=True,
-                network_mode=None if self.task.allow_network else "none", privileged=False,
-                mem_limit=self.mem_limit, memswap_limit=self.mem_limit, nano_cpus=int(self.cpus * 1e9),
-                pids_limit=self.pids_limit)
-        except docker.errors.DockerException as e:
-            raise SandboxError(f"task '{self.task.task_id}': cannot create a container from {image}: {e}") from e
-        with _live_lock:
-            _live.add(self)
-        try:
+                image, entrypoint=["sleep", "infinity"], init=True, working_dir="/app", labels=labels, detach=True,
+                name=f"tg-{_slug(self.task.task_id)[:40]}-{secrets.token_hex(4)}", privileged=False,
+                network_mode=None if self.task.allow_network else "none", mem_limit=self.mem_limit,
+                memswap_limit=self.mem_limit, nano_cpus=int(self.cpus * 1e9), pids_limit=self.pids_limit)
+            with _lock:
+                _live.add(self)
             self.container.start()
         except docker.errors.DockerException as e:
             self.close()
             raise SandboxError(f"task '{self.task.task_id}': cannot start a container from {image}: {e}") from e
         return self
 
-    def _docker_exec(self, argv, timeout, user=None, environment=None, max_bytes=1 << 20):
-        """Run argv in the container (no shell); returns (Docker's exit code or None if not done in time, output).
+    def _docker_exec(self, argv, timeout, user=None, environment=None, max_bytes=1 << 20, exit_code=True):
+        """Run argv (no shell); returns (finished before the deadline, Docker's exit code or None, output).
 
-        The output is read with a deadline from the raw exec stream (docker-py's own readers block without one)."""
+        Reads the raw exec stream with a deadline (docker-py's readers have none); the exit code costs one more
+        round trip, so callers that get it another way skip it."""
         if self.container is None:
             raise SandboxError("the sandbox is not started (or already closed)")
         api = self.container.client.api
-        kept, deadline, finished = bytearray(), time.monotonic() + timeout, False
+        kept, pending, deadline, finished, code = bytearray(), bytearray(), time.monotonic() + timeout, False, None
         try:
             exec_id = api.exec_create(self.container.id, argv, user=user or "", environment=environment,
                                       workdir="/")["Id"]
@@ -445,7 +385,6 @@ class Sandbox:
                                       headers={"Connection": "Upgrade", "Upgrade": "tcp"}, stream=True)
             api._raise_for_status(response)
             stream = response.raw._fp.fp      # buffered: it may already hold the first frames
-            pending = bytearray()
             try:
                 while (left := deadline - time.monotonic()) > 0:
                     stream.raw._sock.settimeout(left)
@@ -453,53 +392,57 @@ class Sandbox:
                     if not chunk:
                         finished = True
                         break
-                    pending += chunk
-                    while len(pending) >= 8 and len(pending) >= 8 + int.from_bytes(pending[4:8], "big"):
-                        size = int.from_bytes(pending[4:8], "big")    # frame: stream id, 3 pad bytes, size
+                    pending += chunk          # frames: stream id, 3 padding bytes, 4-byte size, data
+                    while len(pending) >= 8 and len(pending) >= 8 + (size := int.from_bytes(pending[4:8], "big")):
                         kept += pending[8:8 + size]
                         del pending[:8 + size]
                         if len(kept) > max_bytes:
                             del kept[max_bytes // 2: len(kept) - max_bytes // 2]
-            except (socket.timeout, TimeoutError):
+            except TimeoutError:
                 pass
             finally:
                 response.close()
-            exit_code = api.exec_inspect(exec_id)["ExitCode"] if finished else None
+            code = api.exec_inspect(exec_id)["ExitCode"] if finished and exit_code else None
         except (docker.errors.DockerException, OSError) as e:
             if not self.is_alive():
                 raise SandboxError(f"task '{self.task.task_id}': the container is gone ({e})") from e
-            return None, f"[docker exec failed: {e}]".encode()
+            return True, None, f"[docker exec failed: {e}]".encode()
         if not finished and not self.is_alive():
             raise SandboxError(f"task '{self.task.task_id}': the container died")
-        return exit_code, bytes(kept)
+        return finished, code, bytes(kept)
 
     def exec_argv(self, argv: list[str], timeout: float = 60.0, user: str | None = None,
                   environment: dict[str, str] | None = None) -> ExecResult:
         """Run argv directly (no shell, no supervisor); the exit code is Docker's own (the verifier relies on it)."""
         started = time.monotonic()
-        code, output = self._docker_exec(argv, timeout, user, environment, max_bytes=4 * self.max_output_chars)
-        return ExecResult(code, output.decode(errors="replace"), code is None, time.monotonic() - started)
+        finished, code, output = self._docker_exec(argv, timeout, user, environment, 4 * self.max_output_chars)
+        return ExecResult(code, output.decode(errors="replace"), not finished, time.monotonic() - started)
 
     def exec(self, command: str, timeout: float = 20.0, user: str | None = None) -> ExecResult:
-        """Run `bash -c command` in /app; kills the command's whole process tree at the timeout."""
+        """Run `bash -c command` in /app; the command's whole process tree is killed at the timeout."""
         started, keep, timeout = time.monotonic(), self.max_output_chars // 2, max(float(timeout), 0.1)
         argv = ["python3", "-I", "-S", "-c", _SUPERVISOR, str(command).replace("\0", ""), str(timeout), str(keep),
                 "/app"]
-        # The supervisor enforces the timeout; the longer deadline here only guards against a broken one.
-        code, raw = self._docker_exec(argv, timeout + 15, user, max_bytes=4 * keep + 4096)
+        # The supervisor enforces the timeout; the later deadline here only guards against a broken supervisor.
+        finished, _, raw = self._docker_exec(argv, timeout + 15, user, max_bytes=4 * keep + 4096, exit_code=False)
         header, _, body = raw.partition(b"\n")
         fields = header.split()
         if len(fields) != 4 or not all(f.isdigit() for f in fields):   # the supervisor itself could not run
-            return ExecResult(code, raw.decode(errors="replace"), code is None, time.monotonic() - started)
+            if not self.is_alive():
+                raise SandboxError(f"task '{self.task.task_id}': the container died")
+            return ExecResult(None, raw.decode(errors="replace"), not finished, time.monotonic() - started)
         exit_code, timed_out, head_length, dropped = map(int, fields)
-        head, tail = body[:head_length].decode(errors="replace"), body[head_length:].decode(errors="replace")
-        output = head + _drop_marker(dropped) + tail if dropped else head + tail
+        output = body[:head_length].decode(errors="replace")
+        if dropped:
+            output += f"\n[... {dropped} bytes of output dropped ...]\n"
+        output += body[head_length:].decode(errors="replace")
         return ExecResult(None if timed_out else exit_code, output, bool(timed_out), time.monotonic() - started)
 
     def start_session(self, session_id: str, command: str) -> str:
         """Start `command` in the background as session `session_id`; returns a short status line."""
         with self._session_lock:
-            if session_id in self._sessions and not self._session_ended(self._sessions[session_id][0]):
+            if session_id in self._sessions and self.exec_argv(
+                    ["test", "!", "-e", f"{self._sessions[session_id][0]}/exit"], timeout=30).exit_code == 0:
                 return f"[session '{session_id}' is already running; view it or write to it]"
             directory = f"{SESSION_ROOT}/{len(self._sessions)}-{secrets.token_hex(3)}"
             result = self.exec_argv(["bash", "-c", _SESSION_START, "_", directory, str(command)], timeout=30)
@@ -507,9 +450,6 @@ class Sandbox:
                 return f"[could not start session '{session_id}': {result.output.strip()}]"
             self._sessions[session_id] = [directory, 0]
         return f"[started session '{session_id}' in the background]"
-
-    def _session_ended(self, directory: str) -> bool:
-        return self.exec_argv(["test", "-e", f"{directory}/exit"], timeout=30).exit_code == 0
 
     def view_session(self, session_id: str) -> str:
         """Output of the session since the last view (capped), or a marker when there is none or it ended."""
@@ -525,13 +465,13 @@ class Sandbox:
             if result.exit_code != 0 or not fields or not fields[0].isdigit():
                 return f"[cannot read session '{session_id}': {result.output.strip()[:500]}]"
             self._sessions[session_id][1] = int(fields[0])
-        ended = f"[session '{session_id}' ended with exit code {fields[1]}]" if len(fields) > 1 else ""
+        ended = f"session '{session_id}' ended with exit code {fields[1]}" if len(fields) > 1 else ""
         if not output:
-            return f"[no new output{'; ' + ended[1:-1] if ended else ''}]"
-        return output + (("" if output.endswith("\n") else "\n") + ended if ended else "")
+            return f"[no new output{'; ' + ended if ended else ''}]"
+        return output + (f"{'' if output.endswith(chr(10)) else chr(10)}[{ended}]" if ended else "")
 
     def write_to_session(self, session_id: str, text: str) -> str:
-        """Send text + newline to the session's stdin; returns the output that follows (waits until it goes quiet)."""
+        """Send text + newline to the session's stdin; returns the output that follows (once it goes quiet)."""
         with self._session_lock:
             if session_id not in self._sessions:
                 return f"[no session named '{session_id}']"
@@ -539,24 +479,23 @@ class Sandbox:
         self.exec_argv(["bash", "-c", _SESSION_WRITE, "_", directory, str(text).replace("\0", "")], timeout=30)
         return self.view_session(session_id)
 
-    def _put_tar(self, build) -> None:
+    def _put_tar(self, add) -> None:
+        if self.container is None:
+            raise SandboxError("the sandbox is not started (or already closed)")
         archive = io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
-            build(tar)
+            add(tar)
         try:
-            self.container.put_archive("/", archive.getvalue())   # Docker creates missing parent directories
+            self.container.put_archive("/", archive.getvalue())    # Docker creates missing parent directories
         except docker.errors.APIError as e:
             if not self.is_alive():
                 raise SandboxError(f"task '{self.task.task_id}': the container is gone ({e})") from e
             raise ValueError(e.explanation or str(e)) from None
 
     def write_file(self, path: str, content: str | bytes, mode: int = 0o644) -> None:
-        """Write content to path (relative paths are under /app) through the archive API: no shell quoting.
+        """Write content to path (relative: under /app) through the archive API, so no shell quoting is involved.
 
-        Raises ValueError for a path that cannot be written (e.g. a parent is a file), SandboxError if the
-        container is gone."""
-        if self.container is None:
-            raise SandboxError("the sandbox is not started (or already closed)")
+        ValueError for a path that cannot be written (a parent is a file, ...); SandboxError if the container is gone."""
         target = posixpath.normpath(posixpath.join("/app", str(path)))
         if target == "/" or str(path).endswith("/"):
             raise ValueError(f"not a file path: {path!r}")
@@ -566,16 +505,11 @@ class Sandbox:
         self._put_tar(lambda tar: tar.addfile(info, io.BytesIO(data)))
 
     def copy_dir(self, host_dir, container_dir: str) -> None:
-        """Copy a host directory into the container as container_dir (owned by root; __pycache__ left out)."""
-        if self.container is None:
-            raise SandboxError("the sandbox is not started (or already closed)")
-
+        """Copy a host directory into the container as container_dir (owned by root, without __pycache__)."""
         def as_root(info):
-            if "__pycache__" in info.name.split("/"):
-                return None
             info.uid = info.gid = 0
             info.uname = info.gname = "root"
-            return info
+            return None if "__pycache__" in info.name.split("/") else info
         self._put_tar(lambda tar: tar.add(str(host_dir), arcname=container_dir.strip("/"), filter=as_root))
 
     def is_alive(self) -> bool:
@@ -588,7 +522,7 @@ class Sandbox:
     def close(self) -> None:
         """Remove the container (idempotent, safe from any thread)."""
         container, self.container = self.container, None
-        with _live_lock:
+        with _lock:
             _live.discard(self)
         if container is not None:
             try:

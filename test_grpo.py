@@ -134,15 +134,21 @@ def test_learns_a_verifiable_toy_reward(tmp_path, tiny_model):
 
 @pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
 def test_two_process_step_equals_single_process(tmp_path, tiny_model, tp):
+    """Same trajectories, one rollout update (2 AdamW steps): TP=2 (or DP=2) vs one process.
+    Gradients of the last step are compared tightly (Adam's first steps hide gradient scale errors);
+    parameters to within what float noise in near-zero gradients can flip under Adam (~lr)."""
     run_scenario("one-step", tiny_model, tmp_path / "single", 1)
     run_scenario("one-step", tiny_model, tmp_path / "multi", tp, nproc=2)
-    single = torch.load(tmp_path / "single" / "params.pt")
-    multi = torch.load(tmp_path / "multi" / "params.pt")
-    initial = torch.load(tmp_path / "single" / "initial.pt")
-    assert single.keys() == multi.keys()
-    for name in single:
-        assert not torch.equal(single[name], initial[name]) or "norm" in name, f"{name} did not move"
-        torch.testing.assert_close(multi[name], single[name], atol=2e-6, rtol=1e-4, msg=f"{name} differs")
+    single, multi = (torch.load(tmp_path / run / "result.pt") for run in ("single", "multi"))
+    assert single["params"].keys() == multi["params"].keys()
+    assert multi["grad_norm"] == pytest.approx(single["grad_norm"], rel=1e-5)
+    for name, grad in single["grads"].items():
+        torch.testing.assert_close(multi["grads"][name], grad, atol=1e-6, rtol=1e-4, msg=f"grad of {name} differs")
+    for name, param in single["params"].items():
+        assert not torch.equal(param, single["initial"][name]), f"{name} did not move"
+        torch.testing.assert_close(multi["params"][name], param, atol=2e-3 * 1.01, rtol=0, msg=f"{name} differs")
+        close = torch.isclose(multi["params"][name], param, atol=1e-6, rtol=0).float().mean()
+        assert close > 0.99, f"{name}: only {close:.1%} of entries match"
 
 
 def test_resume_equals_uninterrupted_and_survives_a_kill(tmp_path, tiny_model):
@@ -232,9 +238,12 @@ def scenario_one_step(model, run_dir, tp):
     metrics = trainer.update(trajectories)
     assert metrics["trained_tokens"] > 0 and metrics["grad_norm"] > 0, metrics
     params = _params(trainer)
+    for p in trainer.policy.parameters():  # gather the last step's (clipped) gradients like parameters
+        p.data = p.grad.clone()
+    grads = _params(trainer)
     if trainer.d.is_main:
-        torch.save(params, Path(run_dir) / "params.pt")
-        torch.save(initial, Path(run_dir) / "initial.pt")
+        torch.save({"params": params, "initial": initial, "grads": grads, "grad_norm": metrics["grad_norm"]},
+                   Path(run_dir) / "result.pt")
 
 
 def scenario_resume(model, run_dir):

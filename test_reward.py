@@ -13,7 +13,7 @@ import pytest
 import reward
 import sandbox as sb
 from reward import RewardStats, pass_at_k, reward_buckets, score_episode
-from sandbox import BASE_IMAGE, Sandbox, load_task
+from sandbox import Sandbox, load_task
 from test_sandbox import make_task, our_containers
 
 HERE = Path(__file__).resolve().parent
@@ -91,8 +91,7 @@ CHEATS = {
         " >> $f && rm -rf $(dirname $f)/__pycache__/reports.*"),
     "sitecustomize and .pth": (
         f"d=/usr/local/lib/python3.11/dist-packages && mkdir -p $d && cat > $d/cheat_hook.py <<'EOF'\n{FORCE_PASS_HOOK}\nEOF\n"
-        "echo 'import os; os.environ[\"PYTEST_PLUGINS\"] = \"cheat_hook\"' > $d/sitecustomize.py && "
-        "echo 'import sitecustomize' > $d/cheat.pth"),
+        "echo 'import os; os.environ[\"PYTEST_PLUGINS\"] = \"cheat_hook\"' | tee $d/sitecustomize.py > $d/cheat.pth"),
     "shadowing pytest module": "echo 'import sys; sys.exit(0)' > /usr/lib/python3.11/pytest.py",
     "fake python3 on PATH": "printf '#!/bin/sh\\nexit 0\\n' > /usr/local/bin/python3 && chmod +x /usr/local/bin/python3",
     "replaced interpreter": "cp /bin/true /tmp/fake && mv -f /tmp/fake /usr/bin/python3.11",
@@ -181,8 +180,8 @@ def test_run_tests_sh_with_xml_and_with_summary_only(tmp_path):
     with_xml = scored(tmp_path / "a", tests, script="#!/bin/bash\ncd $TEST_DIR && python3 -m pytest test_outputs.py -rA\n")
     assert with_xml.tests == {"test_outputs::test_one": "passed", "test_outputs::test_two": "failed"}
     summary = scored(tmp_path / "b", tests,
-                     script="#!/bin/bash\npython3 -m pytest $TEST_DIR/test_outputs.py -rA -p no:junitxml\n")
-    assert summary.tests == {"/tests/test_outputs.py::test_one": "passed", "/tests/test_outputs.py::test_two": "failed"}
+                     script="#!/bin/bash\nPYTEST_ADDOPTS= python3 -m pytest $TEST_DIR/test_outputs.py -rA\n")
+    assert summary.tests == {"../tests/test_outputs.py::test_one": "passed", "../tests/test_outputs.py::test_two": "failed"}
     assert summary.reward == 0.5
 
 

@@ -3,11 +3,9 @@
 Protocol tests script the model's replies (ScriptedPolicy below is a GenerateFn), so each one knows
 exactly which tokens were "sampled" and which came from the chat template. Tasks are small throwaway
 task directories built FROM the base image, plus one bundled data/ task played by its solution.sh.
-Every test checks that no container of its task image is left behind.
+Every episode test checks that no container started by this test process is left behind.
 """
 import json
-import os
-import shutil
 import textwrap
 import uuid
 from pathlib import Path
@@ -71,7 +69,7 @@ def runs(traj, mask_value: int) -> list[list[int]]:
     return out + ([current] if current else [])
 
 
-def check_consistent(traj, tokenizer):
+def check_consistent(traj):
     n = len(traj.tokens)
     assert len(traj.loss_mask) == n and len(traj.sampling_logprobs) == n
     assert traj.status in STATUSES and traj.reward is not None
@@ -152,8 +150,41 @@ def play(tokenizer, task_image, scripts, before_reply=None, n=1, **config):
                                 RolloutConfig(**{"max_new_tokens": 64, **config}), {task.task_id: image})
     assert my_containers() == []
     for traj in trajectories:
-        check_consistent(traj, tokenizer)
+        check_consistent(traj)
     return trajectories
+
+
+# ----------------------------------------------------------------------------- tiny model
+
+def test_tiny_model_loads_offline_everywhere_and_renders_qwen3_turns(tmp_path, monkeypatch):
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from model_parallel import load_qwen3
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    path = make_tiny_qwen3(tmp_path / "qwen3", tied=False, num_hidden_layers=3)
+    tokenizer, model = AutoTokenizer.from_pretrained(path), AutoModelForCausalLM.from_pretrained(path)
+    assert model.config.num_hidden_layers == 3 and not model.config.tie_word_embeddings
+    assert model.config.vocab_size % 64 == 0 and model.config.vocab_size >= len(tokenizer)
+    assert tokenizer.eos_token == END_OF_TURN and tokenizer.pad_token == "<|endoftext|>"
+    ids = torch.randint(0, len(tokenizer), (12,))
+    ours = load_qwen3(path)(ids, torch.arange(12), torch.tensor([0, 12], dtype=torch.int32))  # [12, V]
+    torch.testing.assert_close(ours, model(ids[None]).logits[0], atol=1e-4, rtol=1e-4)
+
+    messages = [{"role": "system", "content": "S"}, {"role": "user", "content": "U"},
+                {"role": "assistant", "content": "", "tool_calls": [
+                    {"type": "function", "function": {"name": "shell_view", "arguments": {"id": "a"}}}]},
+                {"role": "tool", "content": "R1"}, {"role": "tool", "content": "R2"}]
+    text = tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True,
+                                         enable_thinking=False, tokenize=False)
+    assert text.startswith("<|im_start|>system\nS\n\n")
+    assert '<tools>\n{"type": "function", "function": {"name": "shell_exec"' in text
+    assert text.endswith('<|im_start|>user\nU<|im_end|>\n<|im_start|>assistant\n<tool_call>\n'
+                         '{"name": "shell_view", "arguments": {"id": "a"}}\n</tool_call><|im_end|>\n'
+                         '<|im_start|>user\n<tool_response>\nR1\n</tool_response>\n<tool_response>\nR2\n'
+                         '</tool_response><|im_end|>\n<|im_start|>assistant\n<think>\n\n</think>\n\n')
+    assert tokenizer.decode(tokenizer.encode(text)) == text  # byte-level: any text round-trips
+    kept = tokenizer.decode(tokenizer.encode(text), skip_special_tokens=True)
+    assert "<|im_start|>" not in kept and "<tool_call>" in kept and "<tool_response>" in kept
 
 
 # ----------------------------------------------------------------------------- protocol
@@ -167,7 +198,7 @@ def test_scripted_policy_uses_all_four_tools_and_earns_full_reward(tokenizer, to
                                                     "shell_exec", "shell_write_to_process", "shell_view"]
     assert all(c["error"] is None for c in traj.tool_calls)
     assert "beta\nalpha" in traj.tool_calls[2]["result"]
-    assert "stored 42" in traj.tool_calls[4]["result"] + traj.tool_calls[5]["result"]
+    assert "stored 42" in traj.tool_calls[4]["result"]  # the output that followed the written line
     # Mask-1 tokens are exactly the scripted replies (plus their end-of-turn token) ...
     assert [tokenizer.decode(r) for r in runs(traj, 1)] == [reply + END_OF_TURN for reply in TOOL_TOUR]
     assert all(lp == -0.5 for lp, m in zip(traj.sampling_logprobs, traj.loss_mask) if m)
@@ -258,6 +289,23 @@ def test_sandbox_dying_mid_episode_is_a_sandbox_error(tokenizer, tool_task):
     assert traj.reward.reward == 0.0 and traj.reward.reason
 
 
+def test_interrupt_mid_rollout_removes_every_container(tokenizer, tool_task):
+    task, image = tool_task
+    scripted = ScriptedPolicy(tokenizer, {task.task_id: [call("shell_exec", id="a", command="true")] * 3})
+    calls = []
+
+    def interrupted(prompts):  # Ctrl-C arrives during the second batched generate
+        calls.append(len(prompts))
+        if len(calls) == 2:
+            assert len(my_containers(task.task_id)) == 3
+            raise KeyboardInterrupt
+        return scripted(prompts)
+
+    with pytest.raises(KeyboardInterrupt):
+        run_episodes([task] * 3, [0, 0, 0], interrupted, tokenizer, RolloutConfig(), {task.task_id: image})
+    assert calls == [3, 3] and my_containers() == []
+
+
 # ----------------------------------------------------------------------------- bundled task, tiny model
 
 def test_bundled_task_solved_through_the_tools(tokenizer):
@@ -274,6 +322,27 @@ def test_bundled_task_solved_through_the_tools(tokenizer):
     assert traj.status == "completed" and traj.reward.reward == 1.0, traj.reward
 
 
+def test_hf_generator_batches_left_padded_prompts_and_records_sampling_logprobs(tmp_path, tokenizer):
+    from transformers import AutoModelForCausalLM
+    model = AutoModelForCausalLM.from_pretrained(make_tiny_qwen3(tmp_path / "qwen3", seed=2))
+    eos_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
+    prompts = [tokenizer.encode(text) for text in ("ls -la /app", "x", "cat README.md | head -n 20; echo done")]
+    for temperature in (0.7, 0.0):
+        torch.manual_seed(0)
+        config = RolloutConfig(max_new_tokens=12, temperature=temperature)
+        replies = HFGenerator(model, tokenizer, config)(prompts)
+        for prompt, (ids, logprobs) in zip(prompts, replies):
+            assert 1 <= len(ids) == len(logprobs) <= 12
+            assert eos_id not in ids[:-1] and (ids[-1] == eos_id or len(ids) == 12)  # padding after eos stripped
+            with torch.no_grad():  # the same prompt alone, unpadded: same distribution at every step
+                logits = model(torch.tensor([prompt + ids])).logits[0, len(prompt) - 1:-1]  # [S, V]
+            expected = torch.log_softmax(logits / (temperature or 1.0), dim=-1)  # [S, V]
+            chosen = expected.gather(1, torch.tensor(ids)[:, None]).squeeze(1)  # [S]
+            torch.testing.assert_close(torch.tensor(logprobs), chosen, atol=1e-4, rtol=0)
+            if temperature == 0.0:
+                assert ids == expected.argmax(dim=-1).tolist()
+
+
 def test_eight_episodes_with_a_tiny_random_model(tmp_path, tokenizer, tool_task):
     from transformers import AutoModelForCausalLM
     task, image = tool_task
@@ -286,7 +355,7 @@ def test_eight_episodes_with_a_tiny_random_model(tmp_path, tokenizer, tool_task)
     assert [t.group_id for t in trajectories] == [0] * 4 + [1] * 4
     prompt = trajectories[0].tokens[:trajectories[0].loss_mask.index(1)]
     for traj in trajectories:
-        check_consistent(traj, tokenizer)
+        check_consistent(traj)
         assert traj.tokens[:len(prompt)] == prompt  # same task, same prompt
         assert all(lp < 0 for lp, m in zip(traj.sampling_logprobs, traj.loss_mask) if m)
         assert all(len(r) <= 24 for r in runs(traj, 1))

@@ -1,5 +1,4 @@
 """Sandbox tests against the real Docker daemon (no mocks): task loading, images, limits, exec, sessions, clean-up."""
-import os
 import signal
 import subprocess
 import sys
@@ -192,6 +191,13 @@ def test_memory_hog_is_killed_but_container_survives(box):
 def test_no_network(box):
     result = box.exec("python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=3)\"")
     assert result.exit_code != 0 and "unreachable" in result.output.lower()
+
+
+def test_network_is_opt_in(tmp_path):
+    task = load_task(make_task(tmp_path, yaml_text="instruction: x\nallow_network: true\n"))
+    with Sandbox(task) as sandbox:
+        assert sandbox.container.attrs["HostConfig"]["NetworkMode"] != "none"
+        assert "eth0" in sandbox.exec("cat /proc/net/dev").output
 
 
 def test_background_session_survives_between_commands(box):

@@ -6,7 +6,7 @@
 `AutoTokenizer.from_pretrained`, `AutoModelForCausalLM.from_pretrained` and `model_parallel.load_qwen3`.
 
 Deliberate simplifications: the tokenizer is a small byte-level BPE trained in a second on a built-in
-paragraph about shell commands (so any text round-trips, just in more tokens than Qwen's 151k
+text of shell commands and tool calls (so any text round-trips, just in more tokens than Qwen's 151k
 vocabulary would use); its chat template is written here from scratch and follows the *format* of
 Qwen3's (Hermes-style tool calls, tool results in a user turn, empty think block when thinking is
 off) but not its every detail (e.g. it never strips old <think> content from history).
@@ -35,6 +35,16 @@ cd /app && mkdir -p build && make -j2 && ./build/main; sed -i 's/foo/bar/g' conf
 {"name": "shell_view", "arguments": {"id": "server"}} {"name": "shell_write_to_process", "arguments": {"id": "py", "command": "print(1)"}}
 The task is complete. I created the file and verified that the tests pass.
 You are a helpful assistant operating a Linux terminal inside a Docker container.
+{"type": "function", "function": {"name": "shell_exec", "description": "Run a shell command in the working
+directory and return its output.", "parameters": {"type": "object", "properties": {"id": {"type": "string",
+"description": "Name of the shell session."}, "block": {"type": "boolean", "default": true}, "timeout":
+{"type": "number", "default": 20.0}}, "required": ["id", "command"]}}}
+Use the tools to inspect files, run commands and write files, then check your work. When the task is done,
+reply with a short summary of what you did and no tool call. The working directory is /app; relative paths
+are under it. Send a line of text to the standard input of a background session and return the output that
+follows. Write text to a file in the container, replacing the file. Task name: Task instruction: Find every
+regular file under the directory whose size is greater than the limit, sort the lines, and write the list.
+Fix the program so that it builds without errors and prints correct values for any input.
 """
 
 
@@ -80,8 +90,8 @@ def _chat_template() -> str:
 """
 
 
-def build_tokenizer(num_merges: int = 256):
-    """Byte-level BPE (256 byte tokens + `num_merges` merges) wrapped as a transformers fast tokenizer."""
+def build_tokenizer(num_merges: int = 512):
+    """Byte-level BPE (256 byte tokens + at most `num_merges` merges) as a transformers fast tokenizer."""
     from tokenizers import AddedToken, Tokenizer, decoders, models, pre_tokenizers, trainers
     from transformers import PreTrainedTokenizerFast
 
