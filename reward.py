@@ -375,6 +375,23 @@ class RewardStats:
         return {t: {"trials": s.trials, "mean": s.mean, "std": s.std, "strict": s.strict, "category": self.category(t)}
                 for t, s in sorted(self.tasks.items())}
 
+    def table(self, task_ids) -> str:
+        """Markdown table of every task (never-sampled ones included), worst first, so a reader sees
+        *which* tasks learn and which only look healthy in the averages."""
+        rows = [(t, self.tasks.get(t, TaskStats())) for t in sorted(set(task_ids) | set(self.tasks))]
+        rows.sort(key=lambda row: (row[1].mean, row[0]))
+        lines = ["| task | trials | mean | std | strict | category |", "|---|---:|---:|---:|---:|---|"]
+        lines += [f"| {t} | {s.trials} | {s.mean:.3f} | {s.std:.3f} | {s.strict} | {self.category(t)} |"
+                  for t, s in rows]
+        return "\n".join(lines)
+
+    def state_dict(self) -> dict:  # JSON-serialisable, for checkpoints
+        return {"tasks": {t: vars(s).copy() for t, s in self.tasks.items()}, "buckets": dict(self.bucket_counts)}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.tasks = {t: TaskStats(**s) for t, s in state["tasks"].items()}
+        self.bucket_counts = dict(state["buckets"])
+
 
 # ------------------------------------------------------------------------------------------ command line
 
