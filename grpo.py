@@ -297,8 +297,6 @@ class GRPOTrainer:
         self.ckpt_root = self.run_dir / "checkpoints"
         if d.is_main:
             self.ckpt_root.mkdir(parents=True, exist_ok=True)
-        if not (Path(cfg.model) / "config.json").is_file():
-            raise FileNotFoundError(f"--model {cfg.model!r}: no config.json there; pass a Hugging Face Qwen3 directory")
         # Rollout sampling differs per rank; everything else is seeded identically everywhere.
         torch.manual_seed(cfg.seed + d.rank)
         random.seed(cfg.seed)
@@ -344,7 +342,7 @@ class GRPOTrainer:
                 logprobs.update(zip(batch.index, batch.split(lp)))
                 if with_entropy:
                     ent = vocab_parallel_entropy(logits, self.d.tp_group).float()
-                    entropy.update(zip(batch.index, batch.split(ent * batch.action_mask)))
+                    entropy.update(zip(batch.index, batch.split(ent)))
         return logprobs, entropy
 
     # ------------------------------------------------------------------ update
@@ -523,12 +521,9 @@ class GRPOTrainer:
 
     # ------------------------------------------------------------------ checkpoints
     def _checkpoint_bytes(self) -> int:
-        """Bytes this rank would write: model shard + optimizer state (only DP rank 0 writes shards)."""
-        if self.d.dp_rank != 0:
-            return 0
-        n = sum(p.numel() * p.element_size() for p in self.policy.parameters())
-        return n + sum(t.numel() * t.element_size() for s in self.optimizer.state.values()
-                       for t in s.values() if torch.is_tensor(t))
+        """What this rank writes: its model shard and AdamW's two moments of the same size (only DP
+        rank 0 of each TP rank writes shards; the others hold identical copies)."""
+        return 0 if self.d.dp_rank else 3 * sum(p.numel() * p.element_size() for p in self.policy.parameters())
 
     def save_checkpoint(self) -> bool:
         """Write step-NNNNNN atomically (temp dir + rename) after checking free space; keep the last K.

@@ -251,78 +251,9 @@ def _close_live_sandboxes():
 
 # ------------------------------------------------------------------------------------------- the sandbox
 
-# `python3 -I -S -c _SUPERVISOR COMMAND TIMEOUT KEEP CWD` prints the header "exit_code timed_out head_length
-# dropped_bytes", then the first and the last KEEP bytes of the command's output.
-_SUPERVISOR = r"""
-import os, select, sys, time
-from _signal import SIGHUP, SIGKILL     # not `signal`: importing it (enum) would double the start-up time
-command, limit, keep, cwd = sys.argv[1], float(sys.argv[2]), int(sys.argv[3]), sys.argv[4]
-r, w = os.pipe()
-pid = os.fork()
-if pid == 0:
-    try:
-        os.setsid()                      # own session and process group: the whole tree can be signalled
-        os.dup2(w, 1); os.dup2(w, 2); os.dup2(os.open("/dev/null", os.O_RDONLY), 0); os.closerange(3, 4096)
-        try: os.chdir(cwd)
-        except OSError: os.chdir("/")
-        os.execvp("bash", ["bash", "-c", command])
-    finally:
-        os._exit(127)
-os.close(w)
-head, tail, total = bytearray(), bytearray(), 0
-def pump(wait):                          # True: read some output, False: end of output, None: nothing yet
-    global total
-    if not select.select([r], [], [], wait)[0]: return None
-    data = os.read(r, 65536)
-    if not data: return False
-    total += len(data)
-    room = max(0, keep - len(head))
-    head.extend(data[:room]); tail.extend(data[room:])
-    if len(tail) > 2 * keep: del tail[:-keep]
-    return True
-def signal_group(sig):
-    try: os.killpg(pid, sig); return True
-    except OSError: return False
-deadline, status, timed_out, is_open = time.monotonic() + limit, None, False, True
-while status is None:
-    if is_open: is_open = pump(0.05) is not False
-    else: time.sleep(0.001)             # output closed, command still running: poll for its exit
-    done, st = os.waitpid(pid, os.WNOHANG)
-    if done: status = st
-    elif time.monotonic() > deadline:
-        timed_out = True; signal_group(SIGKILL)
-        status = os.waitpid(pid, 0)[1]
-if timed_out:                            # SIGKILL until the group is gone (a fork bomb refills it)
-    while signal_group(SIGKILL) and time.monotonic() < deadline + 3: time.sleep(0.01)
-elif signal_group(0):                    # jobs left: let `nohup`/`setsid` detach, then hang up like a closed terminal
-    time.sleep(0.25); signal_group(SIGHUP)
-while is_open:                           # collect the last output; a daemon may keep the pipe open for ever
-    got = pump(0.1)
-    if got is None: break
-    is_open = got
-try: drain = is_open and os.fork() == 0
-except OSError: drain = False
-if drain:                                # keep reading for that daemon so it never blocks or gets SIGPIPE
-    os.setsid(); null = os.open("/dev/null", os.O_RDWR); [os.dup2(null, fd) for fd in (0, 1, 2)]
-    while os.read(r, 65536): pass
-    os._exit(0)
-code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-tail = bytes(tail[-keep:]) if keep else b""
-sys.stdout.buffer.write(b"%d %d %d %d\n" % (code, timed_out, len(head), total - len(head) - len(tail)) + head + tail)
-"""
-
-# Sessions: $1 is the session directory (ours), $2 the command or the text to send.
-_SESSION_START = r"""mkdir -p "$1" && mkfifo "$1/in" && : > "$1/log" || exit 1
-cd /app 2>/dev/null || cd /
-PYTHONUNBUFFERED=1 setsid bash -c 'bash -c "$2" 0<>"$1/in" >>"$1/log" 2>&1; echo $? > "$1/exit"' _ "$1" "$2" \
-  </dev/null >/dev/null 2>&1 &"""
-_SESSION_WRITE = r"""[ -e "$1/exit" ] && exit 0
-printf '%s\n' "$2" 1<>"$1/in" || exit 1
-p=-1; quiet=0
-for _ in $(seq 50); do                   # wait until the log stops growing for 0.3 s (5 s at most)
-  sleep 0.1; s=$(stat -c %s "$1/log")
-  if [ "$s" = "$p" ]; then quiet=$((quiet + 1)); [ $quiet -ge 3 ] && break; else quiet=0; fi; p=$s
-done"""
+# In-container programs, passed as arguments on each call (nothing the agent could edit is run).
+_EXEC_SUPERVISOR = (Path(__file__).parent / "container_exec.py").read_text()
+_SESSIONS = (Path(__file__).parent / "container_sessions.sh").read_text()
 
 
 class Sandbox:
