@@ -1,26 +1,21 @@
 """Episode reward: the task's hidden tests run in the episode's container; reward = passed / total.
 
-`score_episode` stages the task's tests/ at a random path and runs `_VERIFIER` as root with the interpreter
-recorded at start-up, `python -I -S -B` (no PYTHON* variables, no site .pth/sitecustomize, no user site). In one
-process it checks the fingerprint before importing anything, swaps the staged tests in for whatever /tests holds,
-runs pytest in-process (plugin auto-loading and cache off, root dir and ini pinned to /tests, no conftest.py from
-outside /tests, JUnit XML to an unpredictable path), then re-checks. A task that ships run-tests.sh runs through it
-instead (XML via PYTEST_ADDOPTS, else its `-rA` summary is parsed; that path trusts bash and the script's python).
-The exit code comes from Docker and the XML through the archive API. Tampering, a test timeout, a dead container
-or missing/unparsable results give reward 0 with a reason.
+`score_episode` stages the task's tests/ at a random path and runs the verifier (container_verifier.py, which
+describes the checks) as root with the interpreter recorded at start-up: it checks the test runner against the
+fingerprint, swaps the staged tests in for whatever /tests holds, runs pytest in-process (plugin auto-loading and
+cache off, root dir and ini pinned to /tests, no conftest.py from outside /tests, JUnit XML to an unpredictable
+path), then checks again. A task that ships run-tests.sh runs through it instead (XML via PYTEST_ADDOPTS, else its
+`-rA` summary is parsed; that path trusts bash and the script's python). The exit code comes from Docker and the
+XML through the archive API. Tampering, a test timeout, a dead container or missing/unparsable results give
+reward 0 with a reason.
 
-The fingerprint, taken per image (a fresh container is its image), covers the test runner: the contents of every
-file the interpreter has open after a probe pytest session (the binary, its shared libraries, every stdlib and
-site-packages module pytest loads and their .pyc), the listing of those packages (a new submodule shadows), where
-each top-level module resolves (a planted pytest.py shadows), and that /etc/ld.so.preload, pyvenv.cfg and
-python311.zip stay absent. Size, mode and mtime of the interpreter and /etc/ld.so.preload are also read from the
-host through Docker, so a replaced interpreter is caught although it could lie about contents. After the run,
-stat (ctime cannot be set back) catches changes made while the tests ran. Not covered: a replacement interpreter
-of the same size and mtime, or a shared library or encodings module, crafted to lie about file contents; a
-changed ld.so.cache; a daemon left by the agent that forges the XML during the run. Installing another pytest
-over the recorded one counts as tampering. Skipped and xfailed tests count as not passed (terminal-bench counts
-them as passed, but an agent could gain by making tests skip). Also here: reward statistics, pass@k and the task
-authors' command line.
+The fingerprint is taken per image (a fresh container is its image). Size, mode and mtime of the interpreter and
+/etc/ld.so.preload are also read from the host through Docker, so a replaced interpreter is caught although it
+could lie about contents. Not covered: a replacement interpreter of the same size and mtime, or a shared library
+or encodings module, crafted to lie about file contents; a changed ld.so.cache; a daemon left by the agent that
+forges the XML during the run. Installing another pytest over the recorded one counts as tampering. Skipped and
+xfailed tests count as not passed (terminal-bench counts them as passed, but an agent could gain by making tests
+skip). Also here: reward statistics, pass@k and the task authors' command line.
 """
 import argparse
 import ast
@@ -42,10 +37,10 @@ from pathlib import Path
 
 import docker
 
+from container_verifier import TAMPERED_EXIT
 from sandbox import ExecResult, Sandbox, SandboxError, Task, TaskError, build_task_image, load_task, task_dirs
 
 log = logging.getLogger("terminal_grpo.reward")
-TAMPERED_EXIT = 86                      # the verifier's exit code when a check fails
 HOST_CHECKED = ("/etc/ld.so.preload",)  # stat read through Docker, besides the interpreter's
 
 
@@ -64,108 +59,7 @@ class RewardResult:
         return 2 * self.reward - 1
 
 
-# Runs in the container as `python -I -S -B -c _VERIFIER probe|run CONFIG`. Nothing is imported before the
-# fingerprint check except built-in and frozen modules (blake2b, os, the path finder), hence no json.
-_VERIFIER = r'''
-import os, sys
-try: from _blake2 import blake2b        # built into the interpreter: no file on disk to tamper with
-except ImportError: from hashlib import blake2b
-from _frozen_importlib_external import PathFinder
-mode = sys.argv[1]
-cfg = eval(sys.argv[2], {"__builtins__": {}}) if mode == "run" else {}   # a literal written by reward.py
-
-def file_hash(path):
-    try:
-        with open(path, "rb") as f: return blake2b(f.read()).hexdigest()
-    except OSError: return "absent"
-
-def file_stat(path):
-    try: s = os.stat(path)
-    except OSError: return None
-    return s.st_ino, s.st_dev, s.st_size, s.st_mtime_ns, s.st_ctime_ns, s.st_mode
-
-def listing(d):
-    try: return "/".join(sorted(os.listdir(d)))
-    except OSError: return "absent"
-
-def origin(name):
-    spec = PathFinder.find_spec(name, cfg["path"])
-    return str(spec and spec.origin)
-
-def digest():                            # contents: compared with the fingerprint taken from the image
-    h = blake2b()
-    for path in cfg["files"]: h.update(("%s=%s\n" % (path, file_hash(path))).encode())
-    for d in cfg["dirs"]: h.update(("%s:%s\n" % (d, listing(d))).encode())
-    for name in cfg["top"]: h.update(("%s@%s\n" % (name, origin(name))).encode())
-    return h.hexdigest()
-
-def snapshot():                          # cheap re-check after the run: a write, rename or chmod changes ctime
-    return [file_stat(p) for p in cfg["files"]], [listing(d) for d in cfg["dirs"]], [origin(n) for n in cfg["top"]]
-
-def tests_intact():
-    if any(file_hash("/tests/" + rel) != want for rel, want in cfg["tests"].items()): return False
-    for root, dirs, names in os.walk("/tests"):
-        dirs[:] = [d for d in dirs if d != "__pycache__"]
-        for name in names:
-            rel = os.path.relpath(os.path.join(root, name), "/tests")
-            if rel not in cfg["tests"] and name.endswith((".py", ".ini", ".cfg", ".toml", ".pth")): return False
-    return True
-
-if mode == "probe":                      # in a fresh container: what does a pytest run load?
-    import site
-    sitedirs = [d for d in site.getsitepackages() if os.path.isdir(d)]
-    home = [d for d in sitedirs if PathFinder.find_spec("pytest", [d])][:1]   # pytest's own site dir goes first
-    path = sys.path + home + [d for d in sitedirs if d not in home]
-    sys.path[:] = path
-    work = "/tmp/.verifier-probe-%d" % os.getpid()
-    os.makedirs(work)
-    with open(work + "/test_probe.py", "w") as f:
-        f.write("import pytest\n@pytest.mark.parametrize('x', [1, 2])\ndef test_pass(x): assert x\n"
-                "def test_fail(): assert [1, 2] == [1, 3]\n@pytest.mark.skip\ndef test_skip(): pass\n")
-    saved = os.dup(1); os.dup2(os.open(os.devnull, os.O_WRONLY), 1)    # pytest's report is not our answer
-    import pytest
-    pytest.main([work + "/test_probe.py", "-rA", "-p", "no:cacheprovider", "--rootdir", work, "-c", "/dev/null",
-                 "--junitxml", work + "/report.xml"])
-    os.dup2(saved, 1)
-    import shutil; shutil.rmtree(work)
-    modules = [m for m in list(sys.modules.values()) if isinstance(getattr(m, "__file__", None), str)
-               and not m.__file__.startswith(work)]
-    exe = os.path.realpath(sys.executable)
-    files = {exe, os.path.dirname(exe) + "/pyvenv.cfg", os.path.dirname(os.path.dirname(exe)) + "/pyvenv.cfg",
-             "/etc/ld.so.preload"} | {p for p in path if not os.path.isdir(p)}
-    files |= {m.__file__ for m in modules}
-    files |= {m.__cached__ for m in modules if getattr(m, "__cached__", None) and os.path.exists(m.__cached__)}
-    with open("/proc/self/maps") as maps:
-        files |= {p for p in (line.split(None, 5)[-1].strip() for line in maps) if p.startswith("/")
-                  and not p.endswith("(deleted)")}
-    cfg = {"exe": exe, "path": path, "files": sorted(files),
-           "dirs": sorted({os.path.dirname(m.__file__) for m in modules if hasattr(m, "__path__")}),
-           "top": sorted({m.__name__.split(".")[0] for m in modules})}
-    cfg["digest"] = digest()
-    print(repr(cfg))
-    sys.exit(0)
-
-import _signal; _signal.alarm(cfg["timeout"])      # SIGALRM ends the whole run at the test timeout
-before = snapshot()
-if digest() != cfg["digest"]: sys.exit(86)
-if os.path.lexists("/tests"): os.rename("/tests", cfg["staged"] + "/replaced")   # whatever the agent left there
-os.rename(cfg["staged"] + "/tests", "/tests")
-if not tests_intact(): sys.exit(86)
-if cfg["script"]:
-    pid = os.fork()
-    if pid == 0:
-        os.chdir("/app" if os.path.isdir("/app") else "/")
-        os.execve("/bin/bash", ["bash", "/tests/run-tests.sh"], dict(os.environ, TEST_DIR="/tests",
-                  PYTEST_ADDOPTS="--junitxml=%s -p no:cacheprovider" % cfg["xml"]))
-    status = os.waitpid(pid, 0)[1]
-    code = 128 + os.WTERMSIG(status) if os.WIFSIGNALED(status) else os.WEXITSTATUS(status)
-else:
-    sys.path[:] = cfg["path"]
-    os.chdir("/tests")
-    import pytest
-    code = int(pytest.main(cfg["args"]))
-sys.exit(86 if snapshot() != before or not tests_intact() else code)
-'''
+_VERIFIER = (Path(__file__).parent / "container_verifier.py").read_text()   # passed as an argument, as is
 
 _fingerprints: dict[str, str] = {}     # image id -> fingerprint
 _probe_locks: dict[str, threading.Lock] = {}

@@ -2,21 +2,21 @@
 
     python rollout.py --model PATH --task data/TASK [--n 4] [--max-turns 10]   # readable transcripts + rewards
 
-Each episode gets its own Docker sandbox (sandbox.py). Per turn, every live episode generates its reply
+Each episode gets its own Docker sandbox (sandbox.py). Per turn, all live episodes generate their replies
 in ONE left-padded batched `generate` call; the Hermes-style tool calls in the replies
-(`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`) then run concurrently in their sandboxes
-(a thread pool); the results go back to the model in a user turn, as the chat template renders them.
-An episode ends when a reply has no tool call (completed), after `max_turns` replies or when the next
-prompt would not fit the context (truncated), after the task's `max_agent_timeout_sec` (timeout), after
+(`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`) then run concurrently (a thread pool) and
+their results go back to the model in a user turn, as the chat template renders them. An episode ends
+when a reply has no tool call (completed), after `max_turns` replies or when the next prompt would not
+fit the context (truncated), after the task's `max_agent_timeout_sec` (timeout), after
 `max_parse_errors` malformed calls (parse_error) or when its container dies (sandbox_error). Its tests
-then run (reward.py) while the other episodes keep playing, and its container is removed.
+(reward.py) then run while the other episodes play on, and its container is removed.
 
-Token bookkeeping: an episode is ONE token sequence, built by appending: the templated prompt, each
-reply's sampled ids exactly as generated (never decoded and re-encoded, so the trainer scores the
-very tokens that were sampled), then the tool-result turn plus the next generation prompt as token
-ids. loss_mask is 1 exactly on sampled tokens. A reply cut by `max_new_tokens` (no <|im_end|>) keeps
-its sampled tokens; if it holds complete tool calls they run and a closing <|im_end|> (mask 0) is
-added, otherwise the episode ends as `truncated`.
+Tokens: an episode is ONE sequence, built by appending the templated prompt, each reply's sampled ids
+exactly as generated (never decoded and re-encoded, so the trainer scores the very tokens that were
+sampled; loss mask 1), then the tool-result turn plus the next generation prompt (mask 0). Tool output
+is untrusted: control tokens in it (a file holding "<|im_end|>") are encoded as plain text, so the
+environment cannot forge turn boundaries. A reply cut by `max_new_tokens` keeps its tokens; if it holds
+complete tool calls they run and a closing <|im_end|> (mask 0) is added, otherwise it ends as truncated.
 
 Deliberate simplifications: turns are synchronous (all tool calls of a turn finish before the next
 batched generate); plain HF `generate` re-reads the whole prompt every turn (no KV cache kept between
@@ -132,6 +132,7 @@ class HFGenerator:
         input_ids = torch.tensor([[self.pad_id] * (width - len(p)) + p for p in prompts])  # [B, W]
         attention_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts])  # [B, W]
         temperature = self.config.temperature
+        # top_k=0: true temperature sampling, not transformers' default top_k=50
         sampling = dict(do_sample=True, temperature=temperature, top_p=self.config.top_p, top_k=0) \
             if temperature > 0 else dict(do_sample=False)
         recorder = _ChosenLogprobs(temperature if temperature > 0 else 1.0)
@@ -142,22 +143,21 @@ class HFGenerator:
                 max_new_tokens=self.config.max_new_tokens, eos_token_id=self.eos_id, pad_token_id=self.pad_id,
                 logits_processor=LogitsProcessorList([recorder]), **sampling)
         new_tokens = sequences[:, width:].cpu()  # [B, S]
-        logprobs = recorder.finish(new_tokens)  # [B, S]
         replies = []
-        for ids, lps in zip(new_tokens.tolist(), logprobs.tolist()):
+        for ids, logprobs in zip(new_tokens.tolist(), recorder.finish(new_tokens).tolist()):
             # Rows that finished early are padded after their <|im_end|>; the pad id could also be a
             # sampled token, so cut by position, never by value.
             n = ids.index(self.eos_id) + 1 if self.eos_id in ids else len(ids)
-            replies.append((ids[:n], lps[:n]))
+            replies.append((ids[:n], logprobs[:n]))
         return replies
 
 
 class _ChosenLogprobs:
-    """Logits processor that records log softmax(logits / T)[sampled token] at every step.
+    """Logits processor recording log softmax(logits / T)[sampled token] at every step.
 
-    At step t a processor sees the logits (before the temperature / top-p warpers, so raw logits for
-    Qwen3) and the ids up to the token drawn at step t-1; so it keeps one step of log-softmax ([B, V])
-    instead of all steps' logits ([B, S, V], gigabytes for a 152k vocabulary). Logits pass unchanged.
+    At step t it sees the raw logits (it runs before the temperature / top-p warpers) and the ids up to
+    the token drawn at step t-1, so it keeps one step of log-softmax ([B, V]) rather than every step's
+    logits ([B, S, V], gigabytes for a 152k vocabulary). Logits pass unchanged.
     """
 
     def __init__(self, temperature: float):
@@ -182,82 +182,93 @@ def initial_messages(task: Task, config: RolloutConfig) -> list[dict]:
             {"role": "user", "content": f"Task name:{task.task_id}\nTask instruction: {task.instruction}"}]
 
 
-def encode_prompt(tokenizer, messages: list[dict], config: RolloutConfig) -> list[int]:
-    text = tokenizer.apply_chat_template(messages, tools=TOOLS, add_generation_prompt=True,
-                                         enable_thinking=not config.no_think, tokenize=False)
-    return tokenizer.encode(text, add_special_tokens=False)
+def encode_prompt(tokenizer, messages: list[dict], config: RolloutConfig, tools: list[dict] | None = TOOLS,
+                  tokenize: bool = True) -> list[int] | str:
+    """The templated chat plus the next generation prompt: token ids (or the text, tokenize=False).
+
+    Messages are text, never markup: control tokens inside them (a tool result that prints <|im_end|>
+    or </tool_response>) are encoded as plain text by transformers' sanitize_control_tokens; only the
+    tokens the template itself writes become special or markup tokens.
+    """
+    as_ids = dict(sanitize_control_tokens=True, return_dict=False) if tokenize else {}
+    return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=tokenize,
+                                         enable_thinking=not config.no_think, **as_ids)
 
 
 def encode_tool_turn(tokenizer, tool_messages: list[dict], config: RolloutConfig) -> list[int]:
     """Token ids that follow a reply's <|im_end|>: the tool-result turn and the next generation prompt.
 
-    The chat template decides the formatting: it renders a placeholder reply followed by the tool
-    messages, and we keep the text after the placeholder's <|im_end|>. Only text after the last reply
-    matters, so templates that re-render old turns differently (Qwen3 drops old <think>) are fine.
-    That text starts right after a special token, so encoding it alone gives the same ids as in context.
+    The chat template decides the format: it renders a placeholder reply followed by the tool messages,
+    and we keep what follows the placeholder's <|im_end|>. Only that part matters, so templates that
+    re-render old turns differently (Qwen3 drops old <think>) are fine. The head ends with a special
+    token, which splits text before BPE, so encoding it alone gives the ids it has in the whole.
     """
     placeholder = "\u2063placeholder reply\u2063"
     messages = [{"role": "user", "content": "."}, {"role": "assistant", "content": placeholder}, *tool_messages]
-    text = tokenizer.apply_chat_template(messages, add_generation_prompt=True,
-                                         enable_thinking=not config.no_think, tokenize=False)
-    reply_end = text.index(placeholder) + len(placeholder)
-    if not text.startswith(END_OF_TURN, reply_end):
+    text = encode_prompt(tokenizer, messages, config, tools=None, tokenize=False)
+    head_end = text.index(placeholder) + len(placeholder) + len(END_OF_TURN)
+    head = tokenizer.encode(text[:head_end], add_special_tokens=False)
+    ids = encode_prompt(tokenizer, messages, config, tools=None)
+    if not text.endswith(END_OF_TURN, 0, head_end) or ids[:len(head)] != head:
         raise ValueError(f"chat template does not close an assistant turn with {END_OF_TURN} right after its "
-                         f"content (got {text[reply_end:reply_end + 40]!r}); rollout.py expects Qwen's format")
-    return tokenizer.encode(text[reply_end + len(END_OF_TURN):], add_special_tokens=False)
+                         f"content (got {text[head_end - len(END_OF_TURN):head_end + 30]!r}); rollout.py expects "
+                         "Qwen's format")
+    return ids[len(head):]
 
 
 # ----------------------------------------------------------------------------- tool calls
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
-_CALL_FORMAT = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
-def parse_tool_calls(text: str) -> list[dict]:
-    """Every <tool_call> block in a reply, in order: {"name", "arguments", "error"} (error None when valid).
+def parse_tool_calls(text: str, cut: bool = False) -> list[dict]:
+    """Every <tool_call> block of a reply, in order: {"name", "arguments", "error"} (error None when valid).
 
-    A trailing block without </tool_call> is reported with error "unclosed"; the caller decides what
-    that means (a cut reply or a malformed one).
+    A trailing block without </tool_call> is malformed, unless the reply was `cut` by the token limit:
+    then it is the limit's doing and is dropped.
     """
     calls = []
-    for match in _TOOL_CALL.finditer(text):
-        body, closed = match.group(1).strip(), bool(match.group(2))
-        call = {"name": None, "arguments": {}, "error": None if closed else "unclosed"}
-        if closed:
-            try:
-                call.update(_validate(json.loads(body)))
-            except json.JSONDecodeError as exc:
-                call["error"] = f"the text inside <tool_call></tool_call> is not valid JSON ({exc})"
-            except ValueError as exc:
-                call["error"] = str(exc)
-        calls.append(call)
+    for body, closing in _TOOL_CALL.findall(text):
+        if cut and not closing:
+            continue
+        try:
+            if not closing:
+                raise ValueError("<tool_call> without a closing </tool_call>")
+            calls.append({**_validate(body), "error": None})
+        except ValueError as exc:
+            calls.append({"name": None, "arguments": {}, "error": str(exc)})
     return calls
 
 
-def _validate(payload) -> dict:
-    """{"name", "arguments"} checked against TOOLS, with lenient coercion of argument types."""
+def _load_json(text: str, what: str):
+    try:
+        return json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"{what} is not valid JSON ({exc})") from None
+
+
+def _validate(body: str) -> dict:
+    """{"name", "arguments"} of one call, checked against TOOLS, with lenient coercion of argument types."""
+    payload = _load_json(body, "the text inside <tool_call></tool_call>")
     if not isinstance(payload, dict) or "name" not in payload:
         raise ValueError('a tool call must be a JSON object {"name": ..., "arguments": {...}}')
     name, args = payload["name"], payload.get("arguments", payload.get("parameters", {}))
     if not isinstance(name, str) or name not in _SCHEMAS:
         raise ValueError(f"unknown tool {name!r}; available: {', '.join(_SCHEMAS)}")
     if isinstance(args, str):  # some models send the arguments object as a JSON string
-        try:
-            args = json.loads(args) if args.strip() else {}
-        except json.JSONDecodeError as exc:
-            raise ValueError(f"{name}: the arguments string is not valid JSON ({exc})") from None
+        args = _load_json(args, f"{name}: the arguments string") if args.strip() else {}
     if not isinstance(args, dict):
         raise ValueError(f"{name}: arguments must be a JSON object, got {type(args).__name__}")
-    schema, clean = _SCHEMAS[name], {}
-    for key in schema["required"]:
+    properties = _SCHEMAS[name]["properties"]
+    for key in _SCHEMAS[name]["required"]:
         if key not in args:
             raise ValueError(f"{name}: missing required argument {key!r}")
-    for key, value in args.items():
-        if key not in schema["properties"]:
-            raise ValueError(f"{name}: unexpected argument {key!r}; expected {', '.join(schema['properties'])}")
-        clean[key] = _coerce(value, schema["properties"][key]["type"], f"{name}.{key}")
-    for key, prop in schema["properties"].items():
-        clean.setdefault(key, prop.get("default"))
+    for key in args:
+        if key not in properties:
+            raise ValueError(f"{name}: unexpected argument {key!r}; expected {', '.join(properties)}")
+    clean = {}
+    for key, prop in properties.items():
+        clean[key] = _coerce(args[key], prop["type"], f"{name}.{key}") if key in args else prop.get("default")
     return {"name": name, "arguments": clean}
 
 
@@ -295,10 +306,11 @@ def execute_tool(sandbox: Sandbox, name: str, args: dict, seconds_left: float) -
 # ----------------------------------------------------------------------------- episodes
 
 class _Episode:
-    """One episode while it plays: its task, sandbox and counters; `trajectory` goes to the trainer."""
+    """One episode while it plays: its task, sandbox and counters; `trajectory` goes to the trainer.
+    The methods that touch Docker (start, run_calls, finish) run in worker threads."""
 
     def __init__(self, task: Task, group_id: int, tokenizer, config: RolloutConfig):
-        self.task = task
+        self.task, self.config = task, config
         messages = initial_messages(task, config)
         self.trajectory = Trajectory(task.task_id, group_id, turns=messages,
                                      timings={"sandbox": 0.0, "generate": 0.0, "tools": 0.0, "reward": 0.0})
@@ -308,7 +320,7 @@ class _Episode:
         self.started = time.monotonic()  # agent time counts from the moment the sandbox is up
         self.parse_errors = 0
         self.calls: list[dict] = []      # parsed calls of the latest reply
-        self.scoring = None              # Future of _finish once the episode ended
+        self.scoring = None              # Future of finish() once the episode ended
 
     @property
     def live(self) -> bool:
@@ -321,104 +333,88 @@ class _Episode:
         if self.live:
             self.trajectory.status, self.trajectory.end_reason = status, reason
 
+    def start(self, image: str | None):
+        begin = time.monotonic()
+        try:
+            self.sandbox = Sandbox(self.task, image)
+            self.sandbox.start()
+            self.fingerprint = fingerprint_verifier(self.sandbox)
+        except SandboxError as exc:
+            self.end("sandbox_error", f"sandbox did not start: {exc}")
+        self.started = time.monotonic()
+        self.trajectory.timings["sandbox"] = self.started - begin
 
-def _start(episode: _Episode, image: str | None):
-    begin = time.monotonic()
-    try:
-        episode.sandbox = Sandbox(episode.task, image)
-        episode.sandbox.start()
-        episode.fingerprint = fingerprint_verifier(episode.sandbox)
-    except SandboxError as exc:
-        episode.end("sandbox_error", f"sandbox did not start: {exc}")
-    episode.started = time.monotonic()
-    episode.trajectory.timings["sandbox"] = episode.started - begin
+    def check_limits(self):
+        """End a live episode that may not generate again (checked before every batched generate)."""
+        traj, config = self.trajectory, self.config
+        if self.seconds_left() <= 0:
+            self.end("timeout", f"agent time limit of {self.task.max_agent_timeout_sec:g} s exceeded")
+        elif traj.num_turns >= config.max_turns:
+            self.end("truncated", f"max_turns={config.max_turns} replies used")
+        elif len(traj.tokens) + config.max_new_tokens > config.max_context_tokens:
+            self.end("truncated", f"next prompt ({len(traj.tokens)} tokens) + max_new_tokens={config.max_new_tokens}"
+                                  f" exceeds max_context_tokens={config.max_context_tokens}")
 
-
-def _check_limits(episode: _Episode, config: RolloutConfig):
-    """End a live episode that may not generate again (checked before every batched generate)."""
-    traj = episode.trajectory
-    if episode.seconds_left() <= 0:
-        episode.end("timeout", f"agent time limit of {episode.task.max_agent_timeout_sec:g} s exceeded")
-    elif traj.num_turns >= config.max_turns:
-        episode.end("truncated", f"max_turns={config.max_turns} replies used")
-    elif len(traj.tokens) + config.max_new_tokens > config.max_context_tokens:
-        episode.end("truncated", f"next prompt ({len(traj.tokens)} tokens) + max_new_tokens={config.max_new_tokens} "
-                                 f"exceeds max_context_tokens={config.max_context_tokens}")
-
-
-def _take_reply(episode: _Episode, ids: list[int], logprobs: list[float], tokenizer, eos_id: int,
-                config: RolloutConfig):
-    """Append a reply's sampled ids (mask 1) and decide: answer, tool calls, or malformed calls."""
-    traj = episode.trajectory
-    traj.append(ids, 1, logprobs)
-    traj.num_turns += 1
-    cut = not ids or ids[-1] != eos_id
-    text = tokenizer.decode(ids if cut else ids[:-1], skip_special_tokens=False)
-    traj.turns.append({"role": "assistant", "content": text})
-    calls = parse_tool_calls(text)
-    if cut:  # a block left open by the token limit is the limit's doing, not a malformed call
-        calls = [c for c in calls if c["error"] != "unclosed"]
-    if not calls:
+    def take_reply(self, ids: list[int], logprobs: list[float], tokenizer, eos_id: int):
+        """Append a reply's sampled ids (mask 1) and decide: answer, tool calls, or malformed calls."""
+        traj, config = self.trajectory, self.config
+        traj.append(ids, 1, logprobs)
+        traj.num_turns += 1
+        cut = not ids or ids[-1] != eos_id
+        text = tokenizer.decode(ids if cut else ids[:-1], skip_special_tokens=False)
+        traj.turns.append({"role": "assistant", "content": text})
+        self.calls = parse_tool_calls(text, cut)
+        if not self.calls:
+            if cut:
+                self.end("truncated", f"reply cut at max_new_tokens={config.max_new_tokens} without a complete tool call")
+            else:
+                self.end("completed", "answered without a tool call")
+            return
         if cut:
-            episode.end("truncated", f"reply cut at max_new_tokens={config.max_new_tokens} without a complete tool call")
-        else:
-            episode.end("completed", "answered without a tool call")
-        return
-    if cut:
-        traj.append([eos_id], 0)  # close the turn as the template would; not sampled, so mask 0
-    for call in calls:
-        if call["error"] == "unclosed":
-            call["error"] = "<tool_call> without a closing </tool_call>"
-    episode.parse_errors += sum(c["error"] is not None for c in calls)
-    episode.calls = calls
-    if episode.parse_errors >= config.max_parse_errors:
-        traj.tool_calls += [{**c, "result": None} for c in calls]
-        episode.end("parse_error", f"{episode.parse_errors} malformed tool calls (max_parse_errors="
-                                   f"{config.max_parse_errors})")
+            traj.append([eos_id], 0)  # close the turn as the template would; not sampled, so mask 0
+        self.parse_errors += sum(c["error"] is not None for c in self.calls)
+        if self.parse_errors >= config.max_parse_errors:
+            traj.tool_calls += [{**c, "result": None} for c in self.calls]
+            self.end("parse_error", f"{self.parse_errors} malformed tool calls (max_parse_errors="
+                                    f"{config.max_parse_errors})")
 
+    def run_calls(self):
+        """Run the latest reply's calls in order; a dead container ends the episode."""
+        begin = time.monotonic()
+        for call in self.calls:
+            if call["error"]:
+                result = f'Error: {call["error"]}. Call a tool as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>.'
+            elif self.seconds_left() <= 0:
+                result = "Error: not run, the agent time limit was reached."
+            else:
+                try:
+                    result = execute_tool(self.sandbox, call["name"], call["arguments"], self.seconds_left())
+                except Exception as exc:  # noqa: BLE001 - any failure becomes text unless the container is gone
+                    if isinstance(exc, SandboxError) or not self.sandbox.is_alive():
+                        self.end("sandbox_error", f"container died during {call['name']}: {exc}")
+                        break
+                    result = f"Error: {call['name']} failed: {exc}"
+            call["result"] = result
+            self.trajectory.tool_calls.append(call)
+        self.trajectory.timings["tools"] += time.monotonic() - begin
 
-def _run_calls(episode: _Episode):
-    """Run the latest reply's calls in order (worker thread); a dead container ends the episode."""
-    begin = time.monotonic()
-    for call in episode.calls:
-        if call["error"]:
-            result = f"Error: {call['error']}. Call a tool as {_CALL_FORMAT}."
-        elif episode.seconds_left() <= 0:
-            result = "Error: not run, the agent time limit was reached."
-        else:
-            try:
-                result = execute_tool(episode.sandbox, call["name"], call["arguments"], episode.seconds_left())
-            except Exception as exc:  # noqa: BLE001 - any failure becomes text unless the container is gone
-                if isinstance(exc, SandboxError) or not episode.sandbox.is_alive():
-                    episode.end("sandbox_error", f"container died during {call['name']}: {exc}")
-                    break
-                result = f"Error: {call['name']} failed: {exc}"
-        call["result"] = result
-        episode.trajectory.tool_calls.append(call)
-    episode.trajectory.timings["tools"] += time.monotonic() - begin
+    def finish(self):
+        """Score the ended episode with its tests, then always remove its container."""
+        begin, traj = time.monotonic(), self.trajectory
+        try:
+            if self.sandbox is not None and traj.status != "sandbox_error" and not self.sandbox.is_alive():
+                traj.status, traj.end_reason = "sandbox_error", f"container gone after: {traj.end_reason}"
+            if traj.status == "sandbox_error":
+                traj.reward = RewardResult(passed=0, total=0, reward=0.0, strict=False, reason=traj.end_reason, tests={})
+            else:
+                traj.reward = score_episode(self.sandbox, self.task, self.fingerprint)
+        finally:
+            self.close()
+            traj.timings["reward"] = time.monotonic() - begin
 
-
-def _finish(episode: _Episode):
-    """Score the ended episode with its tests (worker thread), then always remove its container."""
-    begin = time.monotonic()
-    traj = episode.trajectory
-    try:
-        if episode.sandbox is not None and traj.status != "sandbox_error" and not episode.sandbox.is_alive():
-            traj.status, traj.end_reason = "sandbox_error", f"container gone after: {traj.end_reason}"
-        if traj.status == "sandbox_error":
-            traj.reward = RewardResult(passed=0, total=0, reward=0.0, strict=False, reason=traj.end_reason, tests={})
-        else:
-            traj.reward = score_episode(episode.sandbox, episode.task, episode.fingerprint)
-    finally:
-        if episode.sandbox is not None:
-            episode.sandbox.close()
-        traj.timings["reward"] = time.monotonic() - begin
-
-
-def _close_sandboxes(episodes: list[_Episode]):
-    for episode in episodes:
-        if episode.sandbox is not None:
-            episode.sandbox.close()
+    def close(self):
+        if self.sandbox is not None:
+            self.sandbox.close()
 
 
 def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, tokenizer,
@@ -431,13 +427,13 @@ def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, 
     episodes = [_Episode(task, group_id, tokenizer, config) for task, group_id in zip(tasks, group_ids)]
     pool = ThreadPoolExecutor(max_workers=config.tool_workers, thread_name_prefix="rollout")
     try:
-        list(pool.map(lambda e: _start(e, images.get(e.task.task_id)), episodes))
+        list(pool.map(lambda e: e.start(images.get(e.task.task_id)), episodes))
         while True:
             for episode in episodes:
                 if episode.live:
-                    _check_limits(episode, config)
+                    episode.check_limits()
                 if not episode.live and episode.scoring is None:  # tests run while the others play on
-                    episode.scoring = pool.submit(_finish, episode)
+                    episode.scoring = pool.submit(episode.finish)
             playing = [e for e in episodes if e.live]
             if not playing:
                 break
@@ -448,9 +444,9 @@ def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, 
                 raise RuntimeError(f"generate returned {len(replies)} replies for {len(playing)} prompts")
             for episode, (ids, logprobs) in zip(playing, replies):
                 episode.trajectory.timings["generate"] += seconds  # the batch's latency, felt by each member
-                _take_reply(episode, ids, logprobs, tokenizer, eos_id, config)
+                episode.take_reply(ids, logprobs, tokenizer, eos_id)
             acting = [e for e in playing if e.live]
-            list(pool.map(_run_calls, acting))
+            list(pool.map(_Episode.run_calls, acting))
             for episode in acting:
                 # Calls run even on the last turn (they change what the tests see), but a prompt that
                 # will never be generated from is not worth its tokens.
@@ -462,9 +458,11 @@ def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, 
         for episode in episodes:
             episode.scoring.result()
     finally:  # also on errors and Ctrl-C: never leave a container behind
-        _close_sandboxes(episodes)  # in-flight tool calls and tests now fail fast,
+        for episode in episodes:  # in-flight tool calls and tests now fail fast,
+            episode.close()
         pool.shutdown(wait=True, cancel_futures=True)
-        _close_sandboxes(episodes)  # and a sandbox that was still starting is removed too
+        for episode in episodes:  # and a sandbox that was still starting is removed too
+            episode.close()
     return [e.trajectory for e in episodes]
 
 
@@ -501,9 +499,8 @@ def main():
     config = RolloutConfig(max_turns=args.max_turns, max_new_tokens=args.max_new_tokens,
                            temperature=args.temperature, no_think=not args.think)
     task = load_task(args.task)
-    images = {task.task_id: build_task_image(task)}
     trajectories = run_episodes([task] * args.n, [0] * args.n, HFGenerator(model, tokenizer, config),
-                                tokenizer, config, images)
+                                tokenizer, config, {task.task_id: build_task_image(task)})
     for traj in trajectories:
         print(format_transcript(traj), end="\n\n")
     rewards = [t.reward.reward if t.reward else 0.0 for t in trajectories]

@@ -1,16 +1,14 @@
 """Docker sandboxes for terminal-agent episodes: task loading, task images, one container per episode.
 
 - Tasks are terminal-bench v0.1.x directories; `load_task` validates one, naming task, file and problem.
-- Task images: each task's Dockerfile built with a context that leaves out tests/, run-tests.sh and the solution
-  (the agent can never find them in the image), tagged by a hash of that context and of the FROM image ids.
+- Task images are built from a context without tests/, run-tests.sh and the solution (the agent never finds them
+  in the image) and tagged by a hash of that context and of the FROM image ids.
 - `Sandbox`: one container per episode with docker-init as PID 1, /app, no network unless the task sets
   `allow_network: true`, memory/CPU/process limits, nothing from the host; labelled with the owning process so
   that a later run removes what a crashed one left.
-- `exec` runs `bash -c COMMAND` under a small Python supervisor in the container (`_SUPERVISOR`) that gives the
-  command its own process group, kills the group at the timeout, and caps the output (head + tail) in the
-  container so `yes` cannot flood the host. When the command ends by itself, jobs it left get SIGHUP as when a
-  terminal closes: `cmd &` (and fork bombs) end, `nohup cmd &` and `setsid cmd &` keep running.
-- Background sessions: a `setsid` process reading a FIFO and appending to a log; the offset shown is kept here.
+- Two small programs run in the container, passed as arguments on each call: container_exec.py supervises each
+  `exec` (kills the command's process group at the timeout, caps the output there, hangs up jobs left behind
+  like a closed terminal); container_sessions.sh runs background sessions (FIFO in, log out).
 
 Simplifications: every command starts afresh in /app (use a session to keep state); sessions see a pipe, not a
 terminal (`python3 -i` for a REPL); images need bash and python3; disk use is not limited (overlay2 on ext4 has
@@ -23,6 +21,7 @@ import os
 import posixpath
 import re
 import secrets
+import shlex
 import socket
 import tarfile
 import threading
@@ -161,20 +160,22 @@ def _slug(text: str) -> str:
     return re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-") or "task"
 
 
+def _as_root(info: tarfile.TarInfo) -> tarfile.TarInfo | None:
+    """Tar filter: owned by root, mtime 0 (an archive's hash depends on content only), no __pycache__."""
+    info.uid = info.gid = info.mtime = 0
+    info.uname = info.gname = "root"
+    return None if "__pycache__" in info.name.split("/") else info
+
+
 def build_task_image(task: Task, client=None) -> str:
     """Build (or reuse) the task's image `terminal-grpo-task/<id>:<hash16>`; raises TaskError if the build fails."""
     client = client or _client()
-
-    def anonymous(info):        # owner and mtime zeroed: the archive (and its hash) depends on content only
-        info.uid = info.gid = info.mtime = 0
-        info.uname = info.gname = ""
-        return info
     context = io.BytesIO()
     with tarfile.open(fileobj=context, mode="w") as tar:
         for path in sorted(task.path.rglob("*")):
             rel = path.relative_to(task.path)
-            if rel.parts[0] not in HIDDEN_FROM_IMAGE and "__pycache__" not in rel.parts:
-                tar.add(path, rel.as_posix(), recursive=False, filter=anonymous)
+            if rel.parts[0] not in HIDDEN_FROM_IMAGE:
+                tar.add(path, rel.as_posix(), recursive=False, filter=_as_root)
     digest = sha256(context.getvalue())
     for base in re.findall(r"^\s*FROM\s+(?:--\S+\s+)*(\S+)", (task.path / "Dockerfile").read_text(), re.M | re.I):
         try:
@@ -251,7 +252,7 @@ def _close_live_sandboxes():
 
 # ------------------------------------------------------------------------------------------- the sandbox
 
-# In-container programs, passed as arguments on each call (nothing the agent could edit is run).
+# Passed as arguments on each call: nothing in the container that the agent could edit is run for us.
 _EXEC_SUPERVISOR = (Path(__file__).parent / "container_exec.py").read_text()
 _SESSIONS = (Path(__file__).parent / "container_sessions.sh").read_text()
 
@@ -300,17 +301,26 @@ class Sandbox:
             raise SandboxError(f"task '{self.task.task_id}': cannot start a container from {image}: {e}") from e
         return self
 
+    def _started(self):
+        if self.container is None:
+            raise SandboxError("the sandbox is not started (or already closed)")
+        return self.container
+
+    def _raise_if_gone(self, problem) -> None:
+        """SandboxError if the container is gone: the one failure callers do not turn into text for the agent."""
+        if not self.is_alive():
+            raise SandboxError(f"task '{self.task.task_id}': the container is gone ({problem})")
+
     def _docker_exec(self, argv, timeout, user=None, environment=None, max_bytes=1 << 20, exit_code=True):
         """Run argv (no shell); returns (finished before the deadline, Docker's exit code or None, output).
 
         Reads the raw exec stream with a deadline (docker-py's readers have none); the exit code costs one more
         round trip, so callers that get it another way skip it."""
-        if self.container is None:
-            raise SandboxError("the sandbox is not started (or already closed)")
-        api = self.container.client.api
+        container = self._started()
+        api = container.client.api
         kept, pending, deadline, finished, code = bytearray(), bytearray(), time.monotonic() + timeout, False, None
         try:
-            exec_id = api.exec_create(self.container.id, argv, user=user or "", environment=environment,
+            exec_id = api.exec_create(container.id, argv, user=user or "", environment=environment,
                                       workdir="/")["Id"]
             response = api._post_json(api._url("/exec/{0}/start", exec_id), data={"Tty": False, "Detach": False},
                                       headers={"Connection": "Upgrade", "Upgrade": "tcp"}, stream=True)
@@ -335,11 +345,10 @@ class Sandbox:
                 response.close()
             code = api.exec_inspect(exec_id)["ExitCode"] if finished and exit_code else None
         except (docker.errors.DockerException, OSError) as e:
-            if not self.is_alive():
-                raise SandboxError(f"task '{self.task.task_id}': the container is gone ({e})") from e
+            self._raise_if_gone(e)
             return True, None, f"[docker exec failed: {e}]".encode()
-        if not finished and not self.is_alive():
-            raise SandboxError(f"task '{self.task.task_id}': the container died")
+        if not finished:
+            self._raise_if_gone("no reply before the deadline")
         return finished, code, bytes(kept)
 
     def exec_argv(self, argv: list[str], timeout: float = 60.0, user: str | None = None,
@@ -352,15 +361,14 @@ class Sandbox:
     def exec(self, command: str, timeout: float = 20.0, user: str | None = None) -> ExecResult:
         """Run `bash -c command` in /app; the command's whole process tree is killed at the timeout."""
         started, keep, timeout = time.monotonic(), self.max_output_chars // 2, max(float(timeout), 0.1)
-        argv = ["python3", "-I", "-S", "-c", _SUPERVISOR, str(command).replace("\0", ""), str(timeout), str(keep),
-                "/app"]
+        argv = ["python3", "-I", "-S", "-c", _EXEC_SUPERVISOR, str(command).replace("\0", ""), str(timeout),
+                str(keep), "/app"]
         # The supervisor enforces the timeout; the later deadline here only guards against a broken supervisor.
         finished, _, raw = self._docker_exec(argv, timeout + 15, user, max_bytes=4 * keep + 4096, exit_code=False)
         header, _, body = raw.partition(b"\n")
         fields = header.split()
         if len(fields) != 4 or not all(f.isdigit() for f in fields):   # the supervisor itself could not run
-            if not self.is_alive():
-                raise SandboxError(f"task '{self.task.task_id}': the container died")
+            self._raise_if_gone("no reply from the exec supervisor")
             return ExecResult(None, raw.decode(errors="replace"), not finished, time.monotonic() - started)
         exit_code, timed_out, head_length, dropped = map(int, fields)
         output = body[:head_length].decode(errors="replace")
@@ -369,6 +377,9 @@ class Sandbox:
         output += body[head_length:].decode(errors="replace")
         return ExecResult(None if timed_out else exit_code, output, bool(timed_out), time.monotonic() - started)
 
+    def _session(self, action: str, directory: str, arg: str) -> ExecResult:
+        return self.exec_argv(["bash", "-c", _SESSIONS, "_", action, directory, str(arg).replace("\0", "")], 30)
+
     def start_session(self, session_id: str, command: str) -> str:
         """Start `command` in the background as session `session_id`; returns a short status line."""
         with self._session_lock:
@@ -376,21 +387,19 @@ class Sandbox:
                     ["test", "!", "-e", f"{self._sessions[session_id][0]}/exit"], timeout=30).exit_code == 0:
                 return f"[session '{session_id}' is already running; view it or write to it]"
             directory = f"{SESSION_ROOT}/{len(self._sessions)}-{secrets.token_hex(3)}"
-            result = self.exec_argv(["bash", "-c", _SESSION_START, "_", directory, str(command)], timeout=30)
+            result = self._session("start", directory, command)
             if result.exit_code != 0:
                 return f"[could not start session '{session_id}': {result.output.strip()}]"
             self._sessions[session_id] = [directory, 0]
         return f"[started session '{session_id}' in the background]"
 
     def view_session(self, session_id: str) -> str:
-        """Output of the session since the last view (capped), or a marker when there is none or it ended."""
+        """Output of the session since the last view (capped like `exec`), or a marker when none or it ended."""
         with self._session_lock:
             if session_id not in self._sessions:
                 return f"[no session named '{session_id}']"
             directory, offset = self._sessions[session_id]
-            result = self.exec(f'e=$(cat {directory}/exit 2>/dev/null); s=$(stat -c %s {directory}/log) || exit 1; '
-                               f'echo "$s $e"; tail -c +{offset + 1} {directory}/log | head -c $((s - {offset}))',
-                               timeout=30)
+            result = self.exec(shlex.join(["bash", "-c", _SESSIONS, "_", "view", directory, str(offset)]), 30)
             header, _, output = result.output.partition("\n")
             fields = header.split()
             if result.exit_code != 0 or not fields or not fields[0].isdigit():
@@ -407,20 +416,17 @@ class Sandbox:
             if session_id not in self._sessions:
                 return f"[no session named '{session_id}']"
             directory = self._sessions[session_id][0]
-        self.exec_argv(["bash", "-c", _SESSION_WRITE, "_", directory, str(text).replace("\0", "")], timeout=30)
+        self._session("write", directory, text)
         return self.view_session(session_id)
 
     def _put_tar(self, add) -> None:
-        if self.container is None:
-            raise SandboxError("the sandbox is not started (or already closed)")
-        archive = io.BytesIO()
+        container, archive = self._started(), io.BytesIO()
         with tarfile.open(fileobj=archive, mode="w") as tar:
             add(tar)
         try:
-            self.container.put_archive("/", archive.getvalue())    # Docker creates missing parent directories
+            container.put_archive("/", archive.getvalue())         # Docker creates missing parent directories
         except docker.errors.APIError as e:
-            if not self.is_alive():
-                raise SandboxError(f"task '{self.task.task_id}': the container is gone ({e})") from e
+            self._raise_if_gone(e)
             raise ValueError(e.explanation or str(e)) from None
 
     def write_file(self, path: str, content: str | bytes, mode: int = 0o644) -> None:
@@ -437,11 +443,7 @@ class Sandbox:
 
     def copy_dir(self, host_dir, container_dir: str) -> None:
         """Copy a host directory into the container as container_dir (owned by root, without __pycache__)."""
-        def as_root(info):
-            info.uid = info.gid = 0
-            info.uname = info.gname = "root"
-            return None if "__pycache__" in info.name.split("/") else info
-        self._put_tar(lambda tar: tar.add(str(host_dir), arcname=container_dir.strip("/"), filter=as_root))
+        self._put_tar(lambda tar: tar.add(str(host_dir), arcname=container_dir.strip("/"), filter=_as_root))
 
     def is_alive(self) -> bool:
         try:

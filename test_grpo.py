@@ -124,12 +124,18 @@ def tiny_model(tmp_path_factory):
     return make_tiny_qwen3(tmp_path_factory.mktemp("tiny") / "qwen3", tied=False)
 
 
-def test_learns_a_verifiable_toy_reward(tmp_path, tiny_model):
+def test_learns_a_verifiable_toy_reward(tmp_path):
     """Real update path (policy, packing, loss, AdamW, weight sync): reward for emitting TARGET rises."""
-    run_scenario("learn", tiny_model, tmp_path)
+    from tiny_model import make_tiny_qwen3
+    run_scenario("learn", make_tiny_qwen3(tmp_path / "tied", tied=True), tmp_path)
     rewards = [json.loads(line)["reward"] for line in open(tmp_path / "metrics.jsonl")]
     start, end = sum(rewards[:3]) / 3, sum(rewards[-3:]) / 3
     assert end > start + 0.3, f"mean reward did not rise: first steps {rewards[:3]}, last steps {rewards[-3:]}"
+    # --eval-only's report on the trained policy: pass@k rises with k, and it has learned something.
+    overall = json.loads((tmp_path / "eval.json").read_text())["overall"]
+    assert overall["pass@1"] <= overall["pass@2"] <= overall["pass@4"] <= overall["pass@16"] <= 1
+    assert overall["pass@1"] > 0
+    assert overall["mean_reward"] > start + 0.3
 
 
 @pytest.mark.parametrize("tp", [2, 1], ids=["tp2", "dp2"])
@@ -220,8 +226,10 @@ def _params(trainer):
 
 
 def scenario_learn(model, run_dir):
-    trainer = grpo.GRPOTrainer(_config(model, run_dir, num_rollouts=30, lr=3e-3, kl_coef=0.0), TokenGame())
+    trainer = grpo.GRPOTrainer(_config(model, run_dir, num_rollouts=30, lr=3e-3, kl_coef=0.0, eval_k=16),
+                               TokenGame())
     trainer.train()
+    trainer.evaluate()
 
 
 def scenario_one_step(model, run_dir, tp):

@@ -6,7 +6,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import docker
 import numpy as np
 import pytest
 
@@ -14,7 +13,7 @@ import reward
 import sandbox as sb
 from reward import RewardStats, pass_at_k, reward_buckets, score_episode
 from sandbox import Sandbox, load_task
-from test_sandbox import make_task, our_containers
+from test_sandbox import make_task, no_leftover_containers  # noqa: F401 - an autouse fixture: it applies here too
 
 HERE = Path(__file__).resolve().parent
 TWO_FILES_TESTS = textwrap.dedent("""
@@ -31,17 +30,6 @@ FORCE_PASS_HOOK = textwrap.dedent("""
         outcome = yield
         outcome.get_result().outcome = "passed"
 """)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def no_leftover_containers():
-    client = docker.from_env()
-    before = our_containers(client)
-    yield
-    leaked = our_containers(client) - before
-    for container_id in leaked:
-        client.containers.get(container_id).remove(force=True)
-    assert not leaked, f"{len(leaked)} containers were left behind"
 
 
 @pytest.fixture(scope="module")
