@@ -12,7 +12,8 @@ run: with CONFIG (a Python literal written by reward.py: the probe's config plus
 the timeout and pytest's arguments) it checks the digest before importing anything that lives in a file, swaps the
 staged tests in for whatever /tests holds, runs pytest in this process (or the task's run-tests.sh), and then checks
 by stat (ctime cannot be set back) that nothing the digest covers changed during the run. A failed check exits
-with TAMPERED_EXIT; SIGALRM ends the whole run at the test timeout.
+with TAMPERED_EXIT (installing another pytest over the recorded one counts as tampering); SIGALRM ends the whole
+run at the test timeout.
 """
 import os
 import sys

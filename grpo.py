@@ -372,7 +372,8 @@ class GRPOTrainer:
         metrics["time/logprobs"] = time.time() - t0
 
         t0 = time.time()
-        sums = torch.zeros(5, dtype=torch.float64, device=d.device)  # kl, clipped, entropy, policy loss, tokens
+        # kl, clipped, entropy, policy loss, |sampling - recomputed log-prob|, tokens
+        sums = torch.zeros(6, dtype=torch.float64, device=d.device)
         grad_norms = []
         self.policy.train()
         for minibatch, mine in zip(minibatches, my_shards):
@@ -391,15 +392,21 @@ class GRPOTrainer:
                 (token_loss * cat(weights)).sum().backward()
                 m = batch.action_mask
                 with torch.no_grad():
+                    sampled = torch.cat([torch.tensor(trajectories[i].sampling_logprobs[1:] + [0.0], device=d.device)
+                                         for i in batch.index])
+                    drift = (sampled - cat(old_logprobs)).abs()
                     sums += torch.stack([(kl * m).sum(), (clipped * m).sum(), (cat(entropy) * m).sum(),
-                                         (policy_loss * m).sum(), m.sum()]).double()
+                                         (policy_loss * m).sum(), (drift * m).sum(), m.sum()]).double()
             grad_norms.append(self._reduce_and_clip_gradients())
             self.optimizer.step()
         self.policy.eval()
         dist.all_reduce(sums, group=d.dp_group)
-        kl, clipped, ent, pl, tokens = sums.tolist()
-        metrics.update({"kl": kl / max(tokens, 1), "clip_fraction": clipped / max(tokens, 1),
-                        "entropy": ent / max(tokens, 1), "policy_loss": pl / max(tokens, 1),
+        *totals, tokens = sums.tolist()
+        kl, clipped, ent, pl, drift = (x / max(tokens, 1) for x in totals)
+        # logprob_drift: the rollout replica's sampling log-probs vs the trainer's recomputation of the
+        # same tokens. At temperature 1 it should be ~0 (bf16 noise on GPU); a large value means the
+        # two models or the token bookkeeping disagree.
+        metrics.update({"kl": kl, "clip_fraction": clipped, "entropy": ent, "policy_loss": pl, "logprob_drift": drift,
                         "grad_norm": sum(grad_norms) / len(grad_norms), "trained_tokens": tokens,
                         "lr": self.optimizer.param_groups[0]["lr"], "time/update": time.time() - t0})
         metrics["tokens_per_s"] = tokens / max(metrics["time/update"] + metrics["time/logprobs"], 1e-9)

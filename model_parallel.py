@@ -281,10 +281,11 @@ def varlen_causal_attention(q, k, v, cu_seqlens, bounds, max_seqlen, scale):
                                       softmax_scale=scale, causal=True)
     outputs = []
     for start, end in zip(bounds[:-1], bounds[1:]):
-        q_seq, k_seq, v_seq = (t[start:end].transpose(0, 1) for t in (q, k, v))  # [heads, L, d]
+        # 4-D [1, heads, L, d] inputs: on CPU, 3-D ones fall back to SDPA's slow math kernel.
+        q_seq, k_seq, v_seq = (t[start:end].transpose(0, 1)[None] for t in (q, k, v))
         out = F.scaled_dot_product_attention(q_seq, k_seq, v_seq, is_causal=True, scale=scale,
-                                             enable_gqa=True)  # [Hq, L, d]
-        outputs.append(out.transpose(0, 1))
+                                             enable_gqa=True)  # [1, Hq, L, d]
+        outputs.append(out[0].transpose(0, 1))
     return torch.cat(outputs)
 
 

@@ -1,21 +1,18 @@
 """Episode reward: the task's hidden tests run in the episode's container; reward = passed / total.
 
 `score_episode` stages the task's tests/ at a random path and runs the verifier (container_verifier.py, which
-describes the checks) as root with the interpreter recorded at start-up: it checks the test runner against the
-fingerprint, swaps the staged tests in for whatever /tests holds, runs pytest in-process (plugin auto-loading and
-cache off, root dir and ini pinned to /tests, no conftest.py from outside /tests, JUnit XML to an unpredictable
-path), then checks again. A task that ships run-tests.sh runs through it instead (XML via PYTEST_ADDOPTS, else its
-`-rA` summary is parsed; that path trusts bash and the script's python). The exit code comes from Docker and the
-XML through the archive API. Tampering, a test timeout, a dead container or missing/unparsable results give
-reward 0 with a reason.
+describes its checks) as root with the interpreter recorded when the image was fingerprinted. pytest runs with
+plugin auto-loading and cache off, root dir and ini pinned to /tests, no conftest.py from outside /tests and JUnit
+XML to an unpredictable path; a task that ships run-tests.sh runs through it instead (weaker: that trusts bash and
+the script's python; XML via PYTEST_ADDOPTS, else its `-rA` summary is parsed). The exit code comes from Docker,
+the XML through the archive API, and the size, mode and mtime of the interpreter and /etc/ld.so.preload are
+compared from the host (a replaced interpreter could lie about contents). Tampering, a test timeout, a dead
+container or missing/unparsable results give reward 0 with a reason.
 
-The fingerprint is taken per image (a fresh container is its image). Size, mode and mtime of the interpreter and
-/etc/ld.so.preload are also read from the host through Docker, so a replaced interpreter is caught although it
-could lie about contents. Not covered: a replacement interpreter of the same size and mtime, or a shared library
-or encodings module, crafted to lie about file contents; a changed ld.so.cache; a daemon left by the agent that
-forges the XML during the run. Installing another pytest over the recorded one counts as tampering. Skipped and
-xfailed tests count as not passed (terminal-bench counts them as passed, but an agent could gain by making tests
-skip). Also here: reward statistics, pass@k and the task authors' command line.
+Not covered: a replacement interpreter of the same size and mtime, or a shared library or encodings module, crafted
+to lie about file contents; a changed ld.so.cache; a daemon left by the agent that forges the XML during the run.
+Skipped and xfailed tests count as not passed (terminal-bench counts them as passed, but an agent could gain by
+making tests skip). Also here: reward statistics, pass@k and the task authors' command line.
 """
 import argparse
 import ast

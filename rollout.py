@@ -2,26 +2,19 @@
 
     python rollout.py --model PATH --task data/TASK [--n 4] [--max-turns 10]   # readable transcripts + rewards
 
-Each episode gets its own Docker sandbox (sandbox.py). Per turn, all live episodes generate their replies
-in ONE left-padded batched `generate` call; the Hermes-style tool calls in the replies
-(`<tool_call>{"name": ..., "arguments": {...}}</tool_call>`) then run concurrently (a thread pool) and
-their results go back to the model in a user turn, as the chat template renders them. An episode ends
-when a reply has no tool call (completed), after `max_turns` replies or when the next prompt would not
-fit the context (truncated), after the task's `max_agent_timeout_sec` (timeout), after
-`max_parse_errors` malformed calls (parse_error) or when its container dies (sandbox_error). Its tests
-(reward.py) then run while the other episodes play on, and its container is removed.
+Each episode has its own Docker sandbox (sandbox.py). Per turn, all live episodes generate in ONE
+left-padded batched `generate`; the Hermes-style tool calls in the replies run concurrently (threads)
+and their results go back in a user turn, as the chat template renders them. An ended episode's tests
+(reward.py) run while the others play on. An episode is ONE token sequence: the templated prompt, each
+reply's ids exactly as sampled (never decoded and re-encoded, so the trainer scores the very tokens that
+were sampled; loss mask 1), then the tool-result turn and the next generation prompt (mask 0). Tool
+output is untrusted text: control tokens in it ("<|im_end|>" in a file) are encoded as plain text, so
+the environment cannot forge turn boundaries.
 
-Tokens: an episode is ONE sequence, built by appending the templated prompt, each reply's sampled ids
-exactly as generated (never decoded and re-encoded, so the trainer scores the very tokens that were
-sampled; loss mask 1), then the tool-result turn plus the next generation prompt (mask 0). Tool output
-is untrusted: control tokens in it (a file holding "<|im_end|>") are encoded as plain text, so the
-environment cannot forge turn boundaries. A reply cut by `max_new_tokens` keeps its tokens; if it holds
-complete tool calls they run and a closing <|im_end|> (mask 0) is added, otherwise it ends as truncated.
-
-Deliberate simplifications: turns are synchronous (all tool calls of a turn finish before the next
-batched generate); plain HF `generate` re-reads the whole prompt every turn (no KV cache kept between
-turns, no paged attention); blocking `shell_exec` calls each start a fresh shell in /app, so `cd` and
-variables do not persist between calls (background sessions do keep their own shell).
+Deliberate simplifications: turns are synchronous (a turn's tool calls all finish before the next
+generate); plain HF `generate` re-reads the whole prompt every turn (no KV cache between turns, no
+paged attention); each blocking `shell_exec` starts a fresh shell in /app, so `cd` and variables do not
+persist (background sessions keep their own shell).
 """
 from __future__ import annotations
 
@@ -71,12 +64,6 @@ TOOLS: list[dict] = [
 ]
 _SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
-SYSTEM_PROMPT = (
-    "You operate a Linux shell (x86_64) inside a Docker container; the working directory is /app. "
-    "Solve the task yourself by calling the tools: inspect files, run commands, write files, check your "
-    "work. When the task is done, reply with a short summary of what you did and no tool call; that ends "
-    "the session.")
-
 
 @dataclass
 class RolloutConfig:
@@ -88,7 +75,11 @@ class RolloutConfig:
     no_think: bool = True               # "/no_think" in the system prompt and an empty think block (Qwen3)
     max_parse_errors: int = 3           # malformed tool calls before an episode ends as parse_error
     tool_workers: int = 32              # threads running tool calls, sandbox starts and tests
-    system_prompt: str = SYSTEM_PROMPT
+    system_prompt: str = (
+        "You operate a Linux shell (x86_64) inside a Docker container; the working directory is /app. "
+        "Solve the task yourself by calling the tools: inspect files, run commands, write files, check your "
+        "work. When the task is done, reply with a short summary of what you did and no tool call; that ends "
+        "the session.")
 
 
 @dataclass
@@ -102,7 +93,8 @@ class Trajectory:
     tool_calls: list[dict] = field(default_factory=list)        # {"name","arguments","result","error"}
     status: str = ""                    # completed | truncated | timeout | parse_error | sandbox_error
     reward: RewardResult | None = None
-    timings: dict[str, float] = field(default_factory=dict)     # seconds: sandbox, generate, tools, reward
+    timings: dict[str, float] = field(  # seconds per phase
+        default_factory=lambda: {"sandbox": 0.0, "generate": 0.0, "tools": 0.0, "reward": 0.0})
     num_turns: int = 0                  # model replies
     end_reason: str = ""                # why it ended, in words
 
@@ -153,12 +145,9 @@ class HFGenerator:
 
 
 class _ChosenLogprobs:
-    """Logits processor recording log softmax(logits / T)[sampled token] at every step.
-
-    At step t it sees the raw logits (it runs before the temperature / top-p warpers) and the ids up to
-    the token drawn at step t-1, so it keeps one step of log-softmax ([B, V]) rather than every step's
-    logits ([B, S, V], gigabytes for a 152k vocabulary). Logits pass unchanged.
-    """
+    """Logits processor recording log softmax(logits / T)[sampled token] per step, logits unchanged. It sees
+    raw logits (before the temperature / top-p warpers) and the ids up to the previous draw, so it keeps
+    one step of log-softmax ([B, V]), not all steps' logits ([B, S, V], GBs for a 152k vocabulary)."""
 
     def __init__(self, temperature: float):
         self.temperature, self.previous, self.steps = temperature, None, []
@@ -185,11 +174,8 @@ def initial_messages(task: Task, config: RolloutConfig) -> list[dict]:
 def encode_prompt(tokenizer, messages: list[dict], config: RolloutConfig, tools: list[dict] | None = TOOLS,
                   tokenize: bool = True) -> list[int] | str:
     """The templated chat plus the next generation prompt: token ids (or the text, tokenize=False).
-
-    Messages are text, never markup: control tokens inside them (a tool result that prints <|im_end|>
-    or </tool_response>) are encoded as plain text by transformers' sanitize_control_tokens; only the
-    tokens the template itself writes become special or markup tokens.
-    """
+    Messages are text, never markup: control tokens in them (a tool result printing <|im_end|> or
+    </tool_response>) are encoded as plain text (sanitize_control_tokens); only the template's are tokens."""
     as_ids = dict(sanitize_control_tokens=True, return_dict=False) if tokenize else {}
     return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=tokenize,
                                          enable_thinking=not config.no_think, **as_ids)
@@ -197,36 +183,29 @@ def encode_prompt(tokenizer, messages: list[dict], config: RolloutConfig, tools:
 
 def encode_tool_turn(tokenizer, tool_messages: list[dict], config: RolloutConfig) -> list[int]:
     """Token ids that follow a reply's <|im_end|>: the tool-result turn and the next generation prompt.
-
-    The chat template decides the format: it renders a placeholder reply followed by the tool messages,
-    and we keep what follows the placeholder's <|im_end|>. Only that part matters, so templates that
-    re-render old turns differently (Qwen3 drops old <think>) are fine. The head ends with a special
-    token, which splits text before BPE, so encoding it alone gives the ids it has in the whole.
-    """
+    The template renders a placeholder reply and the tool messages; we keep what follows the placeholder's
+    <|im_end|>, so templates that re-render old turns differently (Qwen3 drops old <think>) are fine."""
     placeholder = "\u2063placeholder reply\u2063"
     messages = [{"role": "user", "content": "."}, {"role": "assistant", "content": placeholder}, *tool_messages]
     text = encode_prompt(tokenizer, messages, config, tools=None, tokenize=False)
     head_end = text.index(placeholder) + len(placeholder) + len(END_OF_TURN)
-    head = tokenizer.encode(text[:head_end], add_special_tokens=False)
+    head = tokenizer.encode(text[:head_end], add_special_tokens=False)  # ends in a special token: same ids alone
     ids = encode_prompt(tokenizer, messages, config, tools=None)
     if not text.endswith(END_OF_TURN, 0, head_end) or ids[:len(head)] != head:
         raise ValueError(f"chat template does not close an assistant turn with {END_OF_TURN} right after its "
-                         f"content (got {text[head_end - len(END_OF_TURN):head_end + 30]!r}); rollout.py expects "
-                         "Qwen's format")
+                         f"content (got {text[head_end - 10:head_end + 30]!r}); rollout.py expects Qwen's format")
     return ids[len(head):]
 
 
 # ----------------------------------------------------------------------------- tool calls
 
 _TOOL_CALL = re.compile(r"<tool_call>(.*?)(</tool_call>|$)", re.DOTALL)
+_CALL_FORMAT = '<tool_call>{"name": ..., "arguments": {...}}</tool_call>'
 
 
 def parse_tool_calls(text: str, cut: bool = False) -> list[dict]:
     """Every <tool_call> block of a reply, in order: {"name", "arguments", "error"} (error None when valid).
-
-    A trailing block without </tool_call> is malformed, unless the reply was `cut` by the token limit:
-    then it is the limit's doing and is dropped.
-    """
+    A trailing block without </tool_call> is malformed, unless the token limit `cut` the reply: dropped."""
     calls = []
     for body, closing in _TOOL_CALL.findall(text):
         if cut and not closing:
@@ -306,14 +285,12 @@ def execute_tool(sandbox: Sandbox, name: str, args: dict, seconds_left: float) -
 # ----------------------------------------------------------------------------- episodes
 
 class _Episode:
-    """One episode while it plays: its task, sandbox and counters; `trajectory` goes to the trainer.
-    The methods that touch Docker (start, run_calls, finish) run in worker threads."""
+    """One episode while it plays; `trajectory` goes to the trainer. start, run_calls and finish run in threads."""
 
     def __init__(self, task: Task, group_id: int, tokenizer, config: RolloutConfig):
         self.task, self.config = task, config
         messages = initial_messages(task, config)
-        self.trajectory = Trajectory(task.task_id, group_id, turns=messages,
-                                     timings={"sandbox": 0.0, "generate": 0.0, "tools": 0.0, "reward": 0.0})
+        self.trajectory = Trajectory(task.task_id, group_id, turns=messages)
         self.trajectory.append(encode_prompt(tokenizer, messages, config), 0)
         self.sandbox: Sandbox | None = None
         self.fingerprint: str | None = None
@@ -366,12 +343,11 @@ class _Episode:
         self.calls = parse_tool_calls(text, cut)
         if not self.calls:
             if cut:
-                self.end("truncated", f"reply cut at max_new_tokens={config.max_new_tokens} without a complete tool call")
-            else:
-                self.end("completed", "answered without a tool call")
-            return
-        if cut:
-            traj.append([eos_id], 0)  # close the turn as the template would; not sampled, so mask 0
+                return self.end("truncated", f"reply cut at max_new_tokens={config.max_new_tokens} without a "
+                                             "complete tool call")
+            return self.end("completed", "answered without a tool call")
+        if cut:  # complete calls before the cut still run: close the turn as the template would (mask 0)
+            traj.append([eos_id], 0)
         self.parse_errors += sum(c["error"] is not None for c in self.calls)
         if self.parse_errors >= config.max_parse_errors:
             traj.tool_calls += [{**c, "result": None} for c in self.calls]
@@ -383,7 +359,7 @@ class _Episode:
         begin = time.monotonic()
         for call in self.calls:
             if call["error"]:
-                result = f'Error: {call["error"]}. Call a tool as <tool_call>{{"name": ..., "arguments": {{...}}}}</tool_call>.'
+                result = f"Error: {call['error']}. Call a tool as {_CALL_FORMAT}."
             elif self.seconds_left() <= 0:
                 result = "Error: not run, the agent time limit was reached."
             else:
@@ -405,7 +381,8 @@ class _Episode:
             if self.sandbox is not None and traj.status != "sandbox_error" and not self.sandbox.is_alive():
                 traj.status, traj.end_reason = "sandbox_error", f"container gone after: {traj.end_reason}"
             if traj.status == "sandbox_error":
-                traj.reward = RewardResult(passed=0, total=0, reward=0.0, strict=False, reason=traj.end_reason, tests={})
+                traj.reward = RewardResult(passed=0, total=0, reward=0.0, strict=False, reason=traj.end_reason,
+                                           tests={})
             else:
                 traj.reward = score_episode(self.sandbox, self.task, self.fingerprint)
         finally:
@@ -422,12 +399,11 @@ def run_episodes(tasks: list[Task], group_ids: list[int], generate: GenerateFn, 
     """Play one episode per task (tasks may repeat: a GRPO group), all advancing turn by turn together."""
     if len(tasks) != len(group_ids):
         raise ValueError(f"run_episodes: {len(tasks)} tasks but {len(group_ids)} group ids")
-    images = images or {}
     eos_id = tokenizer.convert_tokens_to_ids(END_OF_TURN)
     episodes = [_Episode(task, group_id, tokenizer, config) for task, group_id in zip(tasks, group_ids)]
     pool = ThreadPoolExecutor(max_workers=config.tool_workers, thread_name_prefix="rollout")
     try:
-        list(pool.map(lambda e: e.start(images.get(e.task.task_id)), episodes))
+        list(pool.map(lambda e: e.start((images or {}).get(e.task.task_id)), episodes))
         while True:
             for episode in episodes:
                 if episode.live:
@@ -474,8 +450,7 @@ def format_transcript(traj: Trajectory) -> str:
     for message in traj.turns[1:]:  # the system prompt is the same for every episode
         lines.append(f"--- {message['role']}" + (f" ({message['name']})" if message.get("name") else ""))
         lines.append(message["content"])
-    if traj.reward is not None:
-        r = traj.reward
+    if (r := traj.reward) is not None:
         lines.append(f"--- reward {r.reward:.2f} ({r.passed}/{r.total} tests){' - ' + r.reason if r.reason else ''}")
     lines.append(f"--- {sum(traj.loss_mask)} sampled / {len(traj.tokens)} tokens; seconds: "
                  + ", ".join(f"{k} {v:.1f}" for k, v in traj.timings.items()))

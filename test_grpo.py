@@ -182,6 +182,9 @@ def test_cpu_demo_end_to_end_with_resume(tmp_path):
         assert sum(m[f"status/{s}"] for s in ("completed", "truncated", "timeout", "parse_error",
                                                 "sandbox_error")) == 4, m
         assert 0.0 <= m["reward"] <= 1.0 and m["time/rollout"] > 0
+        # The replica's sampling log-probs equal the TP=2 policy's recomputation of the same tokens: the
+        # rollout's token bookkeeping lines up with what the trainer scores.
+        assert m["trained_tokens"] > 0 and m["logprob_drift"] < 1e-4, m
     ckpts = sorted(p.name for p in (tmp_path / "demo" / "checkpoints").iterdir())
     assert ckpts == ["step-000001", "step-000002", "step-000003"]
     assert (tmp_path / "demo" / "tasks.md").read_text().count("|") > 10
