@@ -129,6 +129,7 @@ def bench_sandbox(args):
 
     import reward
     import sandbox
+    import tasks
 
     task_dir = Path(tempfile.mkdtemp(prefix="bench-sandbox-")) / "bench-task"
     (task_dir / "tests").mkdir(parents=True)
@@ -137,7 +138,7 @@ def bench_sandbox(args):
     (task_dir / "tests" / "test_outputs.py").write_text(
         "from pathlib import Path\n" + "".join(
             f"def test_{i}():\n    assert Path('/app/out.txt').read_text() == 'hello\\n'\n" for i in range(3)))
-    task = sandbox.load_task(task_dir)
+    task = tasks.load_task(task_dir)
     image = sandbox.build_task_image(task)
     client = docker.from_env(max_pool_size=256, timeout=600)
     labels = {sandbox.CONTAINER_LABEL: "1", sandbox.OWNER_LABEL: sandbox._owner()}   # stale clean-up covers them
@@ -251,7 +252,8 @@ def bench_rollout(args):
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     from rollout import END_OF_TURN, HFGenerator, RolloutConfig, run_episodes
-    from sandbox import build_task_image, load_task
+    from sandbox import build_task_image
+    from tasks import load_task
     from tiny_model import make_tiny_qwen3
 
     torch.set_num_threads(2)

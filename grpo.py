@@ -20,7 +20,6 @@ all-reduce (no ZeRO sharding of optimizer state); no learning-rate schedule beyo
 import argparse
 import dataclasses
 import json
-import math
 import os
 import random
 import shutil
@@ -33,10 +32,16 @@ from pathlib import Path
 import numpy as np
 import torch
 import torch.distributed as dist
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+
+from tqdm import tqdm
+from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from model_parallel import load_qwen3, vocab_parallel_entropy, vocab_parallel_logprobs
 from reward import RewardStats, pass_at_k, reward_buckets
-from rollout import RolloutConfig, Trajectory
+from rollout import HFGenerator, RolloutConfig, Trajectory, run_episodes
+from sandbox import build_task_images, cleanup_stale_containers
+from tasks import load_tasks
 
 
 @dataclass
@@ -263,7 +268,6 @@ class TerminalEnvironment:
     """Plays terminal-bench tasks as multi-turn tool-calling episodes in Docker sandboxes."""
 
     def __init__(self, cfg: TrainConfig, tokenizer, d: Dist):
-        from sandbox import build_task_images, cleanup_stale_containers, load_tasks
         self.tasks = load_tasks(cfg.tasks)  # validates every task before the first step
         self.names = [t.task_id for t in self.tasks]
         self.tokenizer = tokenizer
@@ -280,7 +284,6 @@ class TerminalEnvironment:
 
     def play(self, episodes: list[tuple[int, int, int]], model) -> list[Trajectory]:
         """episodes: (task index, group id, sample index) triples; returns one trajectory each."""
-        from rollout import HFGenerator, run_episodes
         generate = HFGenerator(model, self.tokenizer, self.rollout_config)
         return run_episodes([self.tasks[i] for i, _, _ in episodes], [g for _, g, _ in episodes], generate,
                             self.tokenizer, self.rollout_config, images=self.images)
@@ -290,7 +293,6 @@ class TerminalEnvironment:
 
 class GRPOTrainer:
     def __init__(self, cfg: TrainConfig, environment=None):
-        from transformers import AutoModelForCausalLM, AutoTokenizer
         self.cfg = cfg
         self.d = d = setup_distributed(cfg.tp)
         self.run_dir = Path(cfg.run_dir)
@@ -420,12 +422,10 @@ class GRPOTrainer:
                 if p.grad is None:
                     p.grad = torch.zeros_like(p)
             grads = [p.grad for p in self.policy.parameters()]
-            flat = torch.cat([g.reshape(-1) for g in grads])
+            flat = _flatten_dense_tensors(grads)
             dist.all_reduce(flat, group=self.d.dp_group)
-            offset = 0
-            for g in grads:
-                g.copy_(flat[offset:offset + g.numel()].view_as(g))
-                offset += g.numel()
+            for grad, reduced in zip(grads, _unflatten_dense_tensors(flat, grads)):
+                grad.copy_(reduced)
         return self.policy.clip_grad_norm_(self.cfg.grad_clip if self.cfg.grad_clip > 0 else float("inf"))
 
     def sync_rollout_weights(self):
@@ -479,7 +479,6 @@ class GRPOTrainer:
         }
 
     def train(self):
-        from tqdm import tqdm
         cfg = self.cfg
         if cfg.resume:
             self.load_latest_checkpoint()
@@ -520,10 +519,10 @@ class GRPOTrainer:
         result = {"overall": overall, "tasks": per_task}
         if self.d.is_main:
             (self.run_dir / "eval.json").write_text(json.dumps(result, indent=2))
-            print0(f"{'task':32s} {'mean':>6s} " + " ".join(f"{'pass@' + str(k):>8s}" for k in ks))
-            for name, v in per_task.items():
-                print0(f"{name:32s} {v['mean_reward']:6.3f} " + " ".join(f"{v[f'pass@{k}']:8.3f}" for k in ks))
-            print0(f"{'OVERALL':32s} {overall['mean_reward']:6.3f} " + " ".join(f"{overall[f'pass@{k}']:8.3f}" for k in ks))
+            columns = ["mean_reward"] + [f"pass@{k}" for k in ks]
+            print0(f"{'task':32s}" + "".join(f"{c:>12s}" for c in columns))
+            for name, v in [*per_task.items(), ("OVERALL", overall)]:
+                print0(f"{name:32s}" + "".join(f"{v[c]:12.3f}" for c in columns))
         return result
 
     # ------------------------------------------------------------------ checkpoints
@@ -676,11 +675,8 @@ def parse_config(argv=None) -> TrainConfig:
 def main(argv=None):
     cfg = parse_config(argv)
     trainer = GRPOTrainer(cfg)
-    try:
-        trainer.evaluate() if cfg.eval_only else trainer.train()
-    finally:
-        dist.barrier()
-        dist.destroy_process_group()
+    trainer.evaluate() if cfg.eval_only else trainer.train()
+    dist.destroy_process_group()  # (on an exception torchrun stops the other ranks)
 
 
 if __name__ == "__main__":

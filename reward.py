@@ -35,7 +35,8 @@ from pathlib import Path
 import docker
 
 from container_verifier import TAMPERED_EXIT
-from sandbox import ExecResult, Sandbox, SandboxError, Task, TaskError, build_task_image, load_task, task_dirs
+from sandbox import ExecResult, Sandbox, SandboxError, build_task_image
+from tasks import Task, TaskError, load_task, task_dirs
 
 log = logging.getLogger("terminal_grpo.reward")
 HOST_CHECKED = ("/etc/ld.so.preload",)  # stat read through Docker, besides the interpreter's

@@ -19,6 +19,7 @@ persist (background sessions keep their own shell).
 from __future__ import annotations
 
 import argparse
+import inspect
 import json
 import re
 import time
@@ -30,37 +31,35 @@ import torch
 from transformers import AutoModelForCausalLM, AutoTokenizer, LogitsProcessorList
 
 from reward import RewardResult, fingerprint_verifier, score_episode
-from sandbox import Sandbox, SandboxError, Task, build_task_image, load_task
+from sandbox import Sandbox, SandboxError, build_task_image
+from tasks import Task, load_task
 
 END_OF_TURN = "<|im_end|>"
 
 
-def _tool(name: str, description: str, properties: dict, required: list[str]) -> dict:
+def _tool(name: str, description: str, properties: dict) -> dict:
+    required = [key for key, prop in properties.items() if "default" not in prop]
     return {"type": "function", "function": {"name": name, "description": description, "parameters": {
         "type": "object", "properties": properties, "required": required}}}
 
 
 _SESSION_ID = {"type": "string", "description": "Name of the shell session."}
 # The four tools of the camel-ai TerminalToolkit protocol (names and parameters as published Qwen3
-# terminal checkpoints expect them; the descriptions are ours).
+# terminal checkpoints expect them; the descriptions are ours). Parameters with a default are optional.
 TOOLS: list[dict] = [
     _tool("shell_exec", "Run a shell command in the working directory /app. With block=true (default) it "
           "runs to completion or until `timeout` seconds and returns its output; with block=false it starts "
           "a background session named `id` and returns at once (read it with shell_view).",
           {"id": _SESSION_ID, "command": {"type": "string", "description": "The shell command to run."},
            "block": {"type": "boolean", "description": "Wait for the command to finish.", "default": True},
-           "timeout": {"type": "number", "description": "Seconds to wait when blocking.", "default": 20.0}},
-          ["id", "command"]),
-    _tool("shell_view", "Return the output a background session produced since the last view.",
-          {"id": _SESSION_ID}, ["id"]),
+           "timeout": {"type": "number", "description": "Seconds to wait when blocking.", "default": 20.0}}),
+    _tool("shell_view", "Return the output a background session produced since the last view.", {"id": _SESSION_ID}),
     _tool("shell_write_to_process", "Send a line of text to the standard input of a background session "
           "and return the output that follows.",
-          {"id": _SESSION_ID, "command": {"type": "string", "description": "The line to send (a newline is added)."}},
-          ["id", "command"]),
+          {"id": _SESSION_ID, "command": {"type": "string", "description": "The line to send (a newline is added)."}}),
     _tool("shell_write_content_to_file", "Write text to a file in the container, replacing the file.",
           {"content": {"type": "string", "description": "The full file content."},
-           "file_path": {"type": "string", "description": "Path of the file; relative paths are under /app."}},
-          ["content", "file_path"]),
+           "file_path": {"type": "string", "description": "Path of the file; relative paths are under /app."}}),
 ]
 _SCHEMAS = {t["function"]["name"]: t["function"]["parameters"] for t in TOOLS}
 
@@ -176,6 +175,9 @@ def encode_prompt(tokenizer, messages: list[dict], config: RolloutConfig, tools:
     """The templated chat plus the next generation prompt: token ids (or the text, tokenize=False).
     Messages are text, never markup: control tokens in them (a tool result printing <|im_end|> or
     </tool_response>) are encoded as plain text (sanitize_control_tokens); only the template's are tokens."""
+    if tokenize and "sanitize_control_tokens" not in inspect.signature(tokenizer.apply_chat_template).parameters:
+        raise RuntimeError("this transformers version cannot keep control tokens in chat messages as plain text "
+                           "(apply_chat_template has no sanitize_control_tokens); rollout.py needs it")
     as_ids = dict(sanitize_control_tokens=True, return_dict=False) if tokenize else {}
     return tokenizer.apply_chat_template(messages, tools=tools, add_generation_prompt=True, tokenize=tokenize,
                                          enable_thinking=not config.no_think, **as_ids)

@@ -1,6 +1,6 @@
-"""Docker sandboxes for terminal-agent episodes: task loading, task images, one container per episode.
+"""Docker sandboxes for terminal-agent episodes: task images, one container per episode.
 
-- Tasks are terminal-bench v0.1.x directories; `load_task` validates one, naming task, file and problem.
+- Tasks are terminal-bench v0.1.x directories, loaded and validated by tasks.py.
 - Task images are built from a context without tests/, run-tests.sh and the solution (the agent never finds them
   in the image) and tagged by a hash of that context and of the FROM image ids.
 - `Sandbox`: one container per episode with docker-init as PID 1, /app, no network unless the task sets
@@ -27,12 +27,13 @@ import tarfile
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from hashlib import sha256
 from pathlib import Path
 
 import docker
-import yaml
+
+from tasks import Task, TaskError
 
 BASE_IMAGE = os.environ.get("BASE_IMAGE", "terminal-grpo-base:bookworm")
 CONTAINER_LABEL = "terminal-grpo"                  # "terminal-grpo"="1" on every container we start
@@ -42,30 +43,8 @@ SESSION_ROOT = "/tmp/.sessions"
 log = logging.getLogger("terminal_grpo.sandbox")
 
 
-class TaskError(ValueError):
-    """A task directory that cannot be used; the message names the task, the file and the problem."""
-
-
 class SandboxError(RuntimeError):
     """The container died or could not start."""
-
-
-@dataclass
-class Task:
-    task_id: str                            # directory name
-    path: Path                              # task directory (build context)
-    instruction: str
-    difficulty: str = "medium"
-    max_agent_timeout_sec: float = 360.0
-    max_test_timeout_sec: float = 60.0
-    tags: list[str] = field(default_factory=list)
-    parser_name: str = "pytest"
-    run_tests_in_same_shell: bool = False
-    allow_network: bool = False             # our own optional task.yaml key
-
-    @property
-    def solution(self) -> Path | None:
-        return self.path / "solution.sh" if (self.path / "solution.sh").is_file() else None
 
 
 @dataclass
@@ -74,69 +53,6 @@ class ExecResult:
     output: str                             # combined stdout+stderr, head+tail capped with a marker
     timed_out: bool = False
     seconds: float = 0.0
-
-
-_OPTIONAL_KEYS = {"difficulty": str, "max_agent_timeout_sec": float, "max_test_timeout_sec": float,
-                  "tags": list, "parser_name": str, "run_tests_in_same_shell": bool, "allow_network": bool}
-
-
-def load_task(path) -> Task:
-    """Validate one task directory; unknown task.yaml keys (author_name, category, ...) are allowed."""
-    path = Path(path).resolve()
-
-    def error(file, problem):
-        return TaskError(f"task '{path.name}': {file}: {problem}")
-
-    for required in ("task.yaml", "Dockerfile", "tests/test_outputs.py"):
-        if not (path / required).is_file():
-            raise error(required, "missing")
-    try:
-        spec = yaml.safe_load((path / "task.yaml").read_text())
-    except (yaml.YAMLError, UnicodeDecodeError) as e:
-        raise error("task.yaml", f"invalid YAML: {e}") from None
-    if not isinstance(spec, dict):
-        raise error("task.yaml", "expected a mapping of keys to values")
-    if not isinstance(spec.get("instruction"), str) or not spec["instruction"].strip():
-        raise error("task.yaml", "missing required key 'instruction' (a non-empty string)")
-    values = {}
-    for key, kind in _OPTIONAL_KEYS.items():
-        value = spec.get(key)
-        if value is None:
-            continue
-        if kind is float and (isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0):
-            raise error("task.yaml", f"'{key}' must be a positive number, got {value!r}")
-        if kind is not float and not isinstance(value, kind):
-            raise error("task.yaml", f"'{key}' must be a {kind.__name__}, got {value!r}")
-        values[key] = float(value) if kind is float else value
-    if not all(isinstance(tag, str) for tag in values.get("tags", [])):
-        raise error("task.yaml", "'tags' must be a list of strings")
-    if values.get("parser_name", "pytest") != "pytest":
-        raise error("task.yaml", f"parser_name {values['parser_name']!r} is not supported (only 'pytest')")
-    return Task(task_id=path.name, path=path, instruction=spec["instruction"], **values)
-
-
-def task_dirs(root) -> list[Path]:
-    """`root` itself if it is a task directory, else its task subdirectories (hidden ones and _x skipped)."""
-    root = Path(root)
-    if (root / "task.yaml").exists() or not root.is_dir():
-        return [root]
-    return sorted(p for p in root.iterdir() if p.is_dir() and not p.name.startswith((".", "_")))
-
-
-def load_tasks(root_or_paths) -> list[Task]:
-    """Load a directory of tasks, one task directory or a list of them; one TaskError lists every broken task."""
-    paths = task_dirs(root_or_paths) if isinstance(root_or_paths, (str, Path)) else map(Path, root_or_paths)
-    tasks, errors = [], []
-    for path in paths:
-        try:
-            tasks.append(load_task(path))
-        except TaskError as e:
-            errors.append(str(e))
-    if len({t.task_id for t in tasks}) < len(tasks):
-        errors.append(f"task ids are not unique: {sorted(t.task_id for t in tasks)}")
-    if errors or not tasks:
-        raise TaskError("\n".join(errors) or f"{root_or_paths}: no task directories found")
-    return tasks
 
 
 # ------------------------------------------------------------------------------------------- task images

@@ -12,7 +12,8 @@ import pytest
 import reward
 import sandbox as sb
 from reward import RewardStats, pass_at_k, reward_buckets, score_episode
-from sandbox import Sandbox, load_task
+from sandbox import Sandbox
+from tasks import load_task
 from test_sandbox import make_task, no_leftover_containers  # noqa: F401 - an autouse fixture: it applies here too
 
 HERE = Path(__file__).resolve().parent

@@ -16,7 +16,8 @@ import torch
 
 from rollout import (END_OF_TURN, TOOLS, HFGenerator, RolloutConfig, encode_prompt, initial_messages,
                      run_episodes)
-from sandbox import OWNER_LABEL, _owner, build_task_image, load_task
+from sandbox import OWNER_LABEL, _owner, build_task_image
+from tasks import load_task
 from tiny_model import make_tiny_qwen3
 
 torch.set_num_threads(2)

@@ -1,4 +1,6 @@
-"""Sandbox tests against the real Docker daemon (no mocks): task loading, images, limits, exec, sessions, clean-up."""
+"""Sandbox tests against the real Docker daemon (no mocks): task images, limits, exec, sessions, clean-up.
+
+Loading and validating task directories is tested in test_tasks.py (no Docker needed)."""
 import signal
 import subprocess
 import sys
@@ -11,7 +13,8 @@ import docker
 import pytest
 
 import sandbox as sb
-from sandbox import BASE_IMAGE, OWNER_LABEL, Sandbox, SandboxError, TaskError, load_task, load_tasks
+from sandbox import BASE_IMAGE, OWNER_LABEL, Sandbox, SandboxError
+from tasks import TaskError, load_task
 
 HERE = Path(__file__).resolve().parent
 
@@ -55,46 +58,7 @@ def box(task):
         yield sandbox
 
 
-# ------------------------------------------------------------------------------------------ task loading
-
-def test_load_task_defaults_and_unknown_keys(tmp_path):
-    path = make_task(tmp_path, yaml_text="instruction: hi\nauthor_name: someone\ncategory: x\ntags: [a, b]\n"
-                                         "max_test_timeout_sec: 30\n")
-    task = load_task(path)
-    assert (task.task_id, task.instruction, task.tags) == ("demo", "hi", ["a", "b"])
-    assert (task.max_agent_timeout_sec, task.max_test_timeout_sec, task.difficulty) == (360.0, 30.0, "medium")
-    assert task.parser_name == "pytest" and not task.run_tests_in_same_shell and not task.allow_network
-    assert task.solution == path / "solution.sh"
-
-
-@pytest.mark.parametrize("breakage, file, problem", [
-    (lambda p: (p / "task.yaml").unlink(), "task.yaml", "missing"),
-    (lambda p: (p / "Dockerfile").unlink(), "Dockerfile", "missing"),
-    (lambda p: (p / "tests" / "test_outputs.py").unlink(), "tests/test_outputs.py", "missing"),
-    (lambda p: (p / "task.yaml").write_text("instruction: [unclosed\n"), "task.yaml", "invalid YAML"),
-    (lambda p: (p / "task.yaml").write_text("difficulty: easy\n"), "task.yaml", "missing required key 'instruction'"),
-    (lambda p: (p / "task.yaml").write_text("- a list\n"), "task.yaml", "mapping"),
-    (lambda p: (p / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: soon\n"), "task.yaml",
-     "'max_test_timeout_sec' must be a positive number"),
-    (lambda p: (p / "task.yaml").write_text("instruction: x\nparser_name: swebench\n"), "task.yaml", "not supported"),
-])
-def test_broken_task_errors_name_task_file_and_problem(tmp_path, breakage, file, problem):
-    path = make_task(tmp_path, name="broken-one")
-    breakage(path)
-    with pytest.raises(TaskError) as error:
-        load_task(path)
-    assert str(error.value).startswith(f"task 'broken-one': {file}: ") and problem in str(error.value)
-
-
-def test_load_tasks_reports_every_broken_task(tmp_path):
-    make_task(tmp_path, name="good")
-    (make_task(tmp_path, name="bad-a") / "Dockerfile").unlink()
-    (make_task(tmp_path, name="bad-b") / "task.yaml").write_text("instruction: ''\n")
-    with pytest.raises(TaskError) as error:
-        load_tasks(tmp_path)
-    assert "task 'bad-a': Dockerfile: missing" in str(error.value) and "task 'bad-b': task.yaml" in str(error.value)
-    assert [t.task_id for t in load_tasks(tmp_path / "good")] == ["good"]
-
+# ------------------------------------------------------------------------------------------- task images
 
 def test_image_cached_by_context_hash_and_hides_tests_and_solution(tmp_path):
     path = make_task(tmp_path, name="cache-me", dockerfile=f"FROM {BASE_IMAGE}\nWORKDIR /app\nCOPY . /app/\n")
@@ -267,8 +231,8 @@ def _child(code: str, task_path) -> subprocess.Popen:
     script = textwrap.dedent(f"""
         import os, sys, time
         sys.path.insert(0, {str(HERE)!r})
-        import sandbox
-        box = sandbox.Sandbox(sandbox.load_task({str(task_path)!r})).start()
+        import sandbox, tasks
+        box = sandbox.Sandbox(tasks.load_task({str(task_path)!r})).start()
         print(box.container.id, flush=True)
     """) + textwrap.dedent(code)
     return subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)

@@ -1,10 +1,13 @@
-"""Structural checks of the bundled tasks in data/ (fast: no Docker, no solving).
+"""Task-format tests (fast: no Docker, no solving): loading and validating task directories, and
+structural checks of the bundled tasks in data/.
 
-Whether each solution really scores 1.0 and doing nothing scores less is checked in real sandboxes by
-`python reward.py data --check` (and the sandbox tests); this file only catches mistakes that make a task
-unusable or leak its answer: a task that does not load, too few tests for partial credit, a Dockerfile
-that copies the tests or the solution, a missing reference solution, a verifier that does not even
-compile, or a generator whose build-time copy and verifier copy have drifted apart.
+The loading tests build small task directories with test_sandbox.make_task and check the defaults of
+optional task.yaml keys and that every broken task fails with an error naming the task, the file and the
+problem. Whether each bundled solution really scores 1.0 and doing nothing scores less is checked in real
+sandboxes by `python reward.py data --check` (and the sandbox tests); the data/ checks here only catch
+mistakes that make a task unusable or leak its answer: a task that does not load, too few tests for partial
+credit, a Dockerfile that copies the tests or the solution, a missing reference solution, a verifier that
+does not even compile, or a generator whose build-time copy and verifier copy have drifted apart.
 """
 import ast
 import filecmp
@@ -15,7 +18,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from sandbox import load_tasks
+from tasks import TaskError, load_task, load_tasks
+from test_sandbox import make_task
 
 DATA = Path(__file__).parent / "data"
 TASKS = load_tasks(DATA)
@@ -23,6 +27,49 @@ IDS = [task.task_id for task in TASKS]
 REQUIRED_KEYS = {"instruction", "difficulty", "author_name", "author_email", "category", "tags", "parser_name",
                  "max_agent_timeout_sec", "max_test_timeout_sec", "run_tests_in_same_shell"}
 
+
+# ------------------------------------------------------------------------------ loading task directories
+
+def test_load_task_defaults_and_unknown_keys(tmp_path):
+    path = make_task(tmp_path, yaml_text="instruction: hi\nauthor_name: someone\ncategory: x\ntags: [a, b]\n"
+                                         "max_test_timeout_sec: 30\n")
+    task = load_task(path)
+    assert (task.task_id, task.instruction, task.tags) == ("demo", "hi", ["a", "b"])
+    assert (task.max_agent_timeout_sec, task.max_test_timeout_sec, task.difficulty) == (360.0, 30.0, "medium")
+    assert task.parser_name == "pytest" and not task.run_tests_in_same_shell and not task.allow_network
+    assert task.solution == path / "solution.sh"
+
+
+@pytest.mark.parametrize("breakage, file, problem", [
+    (lambda p: (p / "task.yaml").unlink(), "task.yaml", "missing"),
+    (lambda p: (p / "Dockerfile").unlink(), "Dockerfile", "missing"),
+    (lambda p: (p / "tests" / "test_outputs.py").unlink(), "tests/test_outputs.py", "missing"),
+    (lambda p: (p / "task.yaml").write_text("instruction: [unclosed\n"), "task.yaml", "invalid YAML"),
+    (lambda p: (p / "task.yaml").write_text("difficulty: easy\n"), "task.yaml", "missing required key 'instruction'"),
+    (lambda p: (p / "task.yaml").write_text("- a list\n"), "task.yaml", "mapping"),
+    (lambda p: (p / "task.yaml").write_text("instruction: x\nmax_test_timeout_sec: soon\n"), "task.yaml",
+     "'max_test_timeout_sec' must be a positive number"),
+    (lambda p: (p / "task.yaml").write_text("instruction: x\nparser_name: swebench\n"), "task.yaml", "not supported"),
+])
+def test_broken_task_errors_name_task_file_and_problem(tmp_path, breakage, file, problem):
+    path = make_task(tmp_path, name="broken-one")
+    breakage(path)
+    with pytest.raises(TaskError) as error:
+        load_task(path)
+    assert str(error.value).startswith(f"task 'broken-one': {file}: ") and problem in str(error.value)
+
+
+def test_load_tasks_reports_every_broken_task(tmp_path):
+    make_task(tmp_path, name="good")
+    (make_task(tmp_path, name="bad-a") / "Dockerfile").unlink()
+    (make_task(tmp_path, name="bad-b") / "task.yaml").write_text("instruction: ''\n")
+    with pytest.raises(TaskError) as error:
+        load_tasks(tmp_path)
+    assert "task 'bad-a': Dockerfile: missing" in str(error.value) and "task 'bad-b': task.yaml" in str(error.value)
+    assert [t.task_id for t in load_tasks(tmp_path / "good")] == ["good"]
+
+
+# -------------------------------------------------------------------------------- bundled tasks in data/
 
 def test_enough_tasks_with_a_difficulty_mix():
     assert len(TASKS) >= 16
