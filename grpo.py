@@ -33,7 +33,6 @@ import numpy as np
 import torch
 import torch.distributed as dist
 from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
-
 from tqdm import tqdm
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
