@@ -45,6 +45,9 @@ if ! docker_answers; then
     apt_install docker.io
   fi
   if ! docker_answers; then
+    # A dockerd that was killed (not stopped) leaves its pid file behind, which blocks a new start.
+    pid=$(cat /var/run/docker.pid 2>/dev/null || true)
+    if [ -n "$pid" ] && ! kill -0 "$pid" 2>/dev/null; then as_root rm -f /var/run/docker.pid; fi
     log "starting dockerd (log: $CACHE/dockerd.log)"
     as_root bash -c "setsid nohup dockerd >'$CACHE/dockerd.log' 2>&1 < /dev/null &"
     for _ in $(seq 60); do docker_answers && break; sleep 1; done
