@@ -432,7 +432,7 @@ class GRPOTrainer:
         follows its embedding)."""
         own = self.replica.state_dict()
         with torch.no_grad():
-            for name, tensor in self.policy.full_state_dict(dtype=self.replica.dtype).items():
+            for name, tensor in self.policy.full_tensors():  # streamed: one gathered tensor at a time
                 own[name].copy_(tensor)
 
     # ------------------------------------------------------------------ one rollout step and the loop

@@ -22,7 +22,7 @@ Usage:
 
 Deliberate simplifications:
 - Only the default RoPE and full attention (every Qwen3 size); rope scaling or sliding windows raise.
-- No padding, no KV cache: generation is done by a transformers replica synced via full_state_dict().
+- No padding, no KV cache: generation is done by a transformers replica synced via full_tensors().
 - Parameters start uninitialised (torch.empty): a model is always filled from a checkpoint.
 - bf16 compute is torch.autocast over fp32 parameters (no hand-kept master copy); under autocast the
   residual stream stays fp32 while the matmuls and attention run in bf16.
@@ -462,11 +462,15 @@ class Qwen3TP(nn.Module):
         Like HF checkpoints, a tied model has no lm_head.weight: load it into a transformers model with
         strict=False (its head stays tied to embed_tokens).
         """
-        state = {}
+        return {name: full.to(device="cpu", dtype=dtype or full.dtype).contiguous()
+                for name, full in self.full_tensors()}
+
+    @torch.no_grad()
+    def full_tensors(self):
+        """Yield (HF name, full tensor on this rank's device) one at a time: a weight sync copies each
+        into the rollout replica and frees it, never holding the whole model twice."""
         for name, param in self.named_parameters():
-            full = param if param.shard_dim is None else _all_gather(param, param.shard_dim, self.tp_group)
-            state[name] = full.detach().to(device="cpu", dtype=dtype or param.dtype).contiguous()
-        return state
+            yield name, param if param.shard_dim is None else _all_gather(param, param.shard_dim, self.tp_group)
 
     def export_hf(self, out_dir, tokenizer_src=None) -> Path:
         """Rank 0 writes an HF dir: model.safetensors in the config's dtype, config.json, tokenizer files."""
