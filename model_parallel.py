@@ -10,13 +10,11 @@ group the Megatron way, with every collective visible in this file:
     log-probs     vocab_parallel_logprobs: log-sum-exp and target logit reduced over the group, so the
                   full [tokens, vocab] logits never exist anywhere
 
-Input is packed (flash-attn varlen convention): input_ids [T], position_ids [T], cu_seqlens [B+1] int32.
-Parameters carry the Hugging Face names, so a checkpoint tensor name is the parameter name, and each
-parameter knows its `shard_dim` (0: rows split, 1: columns split, None: replicated) for loading and export.
+Input is packed (flash-attn varlen): input_ids [T], position_ids [T], cu_seqlens [B+1] int32. Parameters
+carry the Hugging Face names and know their `shard_dim` (0: rows, 1: columns, None: replicated).
 
 Usage:
     policy = load_qwen3(path, tp_group, device="cuda", compute_dtype=torch.bfloat16)  # fp32 master weights
-    policy.gradient_checkpointing = True                     # recompute each layer in backward
     ref = load_qwen3(path, tp_group, device="cuda", dtype=torch.bfloat16, frozen=True)  # no grad, ever
     logp = vocab_parallel_logprobs(policy(input_ids, position_ids, cu_seqlens), targets, tp_group)  # [T]
 
@@ -24,8 +22,7 @@ Deliberate simplifications:
 - Only the default RoPE and full attention (every Qwen3 size); rope scaling or sliding windows raise.
 - No padding, no KV cache: generation is done by a transformers replica synced via full_tensors().
 - Parameters start uninitialised (torch.empty): a model is always filled from a checkpoint.
-- bf16 compute is torch.autocast over fp32 parameters (no hand-kept master copy); under autocast the
-  residual stream stays fp32 while the matmuls and attention run in bf16.
+- bf16 compute is torch.autocast over fp32 parameters: the residual stream stays fp32, matmuls are bf16.
 - Export writes a single model.safetensors file; full_state_dict gathers to every rank of the group.
 """
 from __future__ import annotations
@@ -69,15 +66,13 @@ def tp_rank(group) -> int:
     return 0 if group is None else dist.get_rank(group)
 
 
-def _all_reduce_(tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:
-    """In-place all-reduce over the TP group (no-op without one); returns the tensor."""
+def _all_reduce_(tensor: torch.Tensor, group, op=dist.ReduceOp.SUM) -> torch.Tensor:  # in place
     if tp_world_size(group) > 1:
         dist.all_reduce(tensor, op=op, group=group)
     return tensor
 
 
-def _all_gather(shard: torch.Tensor, dim: int, group) -> torch.Tensor:
-    """Concatenate every rank's shard along dim (no autograd; used for export)."""
+def _all_gather(shard: torch.Tensor, dim: int, group) -> torch.Tensor:  # no autograd; for export
     if tp_world_size(group) == 1:
         return shard
     parts = [torch.empty_like(shard) for _ in range(tp_world_size(group))]
@@ -120,11 +115,6 @@ def reduce_from_tp_region(x: torch.Tensor, group) -> torch.Tensor:
 
 # ----------------------------------------------------------------------------- config checks
 
-def _check_divisible(total: int, parts: int, what: str, fix: str) -> None:
-    if total % parts:
-        raise ValueError(f"{what}={total} is not divisible by the tensor-parallel size {parts}: {fix}")
-
-
 def check_config(config: Qwen3Config, tp: int) -> None:
     """Raise on anything this implementation does not compute exactly, naming what to change."""
     if config.hidden_act != "silu":
@@ -136,11 +126,12 @@ def check_config(config: Qwen3Config, tp: int) -> None:
         raise NotImplementedError(f"rope {rope}: only the default (unscaled) RoPE is implemented")
     if rope_theta(config) is None:
         raise ValueError("config.json has no rope_theta")
-    fix_heads = f"choose a TP size that divides it (each rank must own whole heads); TP size {tp} does not"
-    _check_divisible(config.num_attention_heads, tp, "num_attention_heads", fix_heads)
-    _check_divisible(config.num_key_value_heads, tp, "num_key_value_heads", fix_heads)
-    _check_divisible(config.intermediate_size, tp, "intermediate_size", "choose a TP size that divides it")
-    _check_divisible(config.vocab_size, tp, "vocab_size", "pad the vocabulary to a multiple of the TP size")
+    heads = f"choose a TP size that divides it (each rank must own whole heads); TP size {tp} does not"
+    for what, fix in (("num_attention_heads", heads), ("num_key_value_heads", heads),
+                      ("intermediate_size", "choose a TP size that divides it"),
+                      ("vocab_size", "pad the vocabulary to a multiple of the TP size")):
+        if getattr(config, what) % tp:
+            raise ValueError(f"{what}={getattr(config, what)} is not divisible by the tensor-parallel size {tp}: {fix}")
 
 
 def _rope_dict(config: Qwen3Config) -> dict:
@@ -157,6 +148,12 @@ def head_dim_of(config: Qwen3Config) -> int:
 
 
 # ----------------------------------------------------------------------------- parallel layers
+
+def _vocab_shard(ids, group, vocab_per_rank):  # -> local ids clamped into the shard, mask of ids it owns
+    local_ids = ids.long() - tp_rank(group) * vocab_per_rank
+    mine = (local_ids >= 0) & (local_ids < vocab_per_rank)
+    return local_ids.clamp(0, vocab_per_rank - 1), mine
+
 
 def _param(shape, shard_dim, device, dtype) -> nn.Parameter:
     """Uninitialised parameter that remembers along which dim it is split over the TP group."""
@@ -224,21 +221,16 @@ class VocabParallelEmbedding(nn.Module):
     def __init__(self, vocab_size, hidden_size, tp_group, device, dtype):
         super().__init__()
         self.tp_group = tp_group
-        self.vocab_per_rank = vocab_size // tp_world_size(tp_group)
-        self.vocab_start = tp_rank(tp_group) * self.vocab_per_rank
-        self.weight = _param((self.vocab_per_rank, hidden_size), 0, device, dtype)
+        self.weight = _param((vocab_size // tp_world_size(tp_group), hidden_size), 0, device, dtype)
 
     def forward(self, input_ids):  # [T] -> [T, hidden]
-        local_ids = input_ids - self.vocab_start
-        mine = (local_ids >= 0) & (local_ids < self.vocab_per_rank)
-        rows = F.embedding(local_ids.clamp(0, self.vocab_per_rank - 1), self.weight)  # [T, hidden]
-        rows = rows * mine[:, None].to(rows.dtype)
-        return reduce_from_tp_region(rows, self.tp_group)
+        local_ids, mine = _vocab_shard(input_ids, self.tp_group, self.weight.shape[0])
+        rows = F.embedding(local_ids, self.weight)  # [T, hidden]
+        return reduce_from_tp_region(rows * mine[:, None].to(rows.dtype), self.tp_group)
 
 
 class RMSNorm(nn.Module):
     """x / rms(x) in fp32, cast back, times weight (the Hugging Face order of operations).
-
     tp_group is set only for q_norm / k_norm: their replicated weight sees only this rank's heads, so
     its gradient is partial and "f" on the weight sums it over the group.
     """
@@ -349,32 +341,23 @@ class DecoderLayer(nn.Module):
         return h + self.mlp(self.post_attention_layernorm(h))
 
 
-class Qwen3Backbone(nn.Module):
-    """Embedding, decoder layers and final norm; named like HF's `model.` prefix."""
-
-    def __init__(self, config, tp_group, device, dtype):
-        super().__init__()
-        self.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp_group, device, dtype)
-        self.layers = nn.ModuleList(DecoderLayer(config, tp_group, device, dtype)
-                                    for _ in range(config.num_hidden_layers))
-        self.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
-
-
 # ----------------------------------------------------------------------------- the model
 
 class Qwen3TP(nn.Module):
     """Qwen3ForCausalLM sharded over tp_group; forward returns this rank's vocabulary shard of the logits.
-
     Attributes the trainer sets: gradient_checkpointing (recompute layers in backward), compute_dtype
-    (autocast dtype, e.g. bf16 over fp32 weights), frozen (reference model: forward under no_grad).
-    """
+    (autocast dtype, e.g. bf16 over fp32 weights), frozen (reference model: forward under no_grad)."""
 
     def __init__(self, config: Qwen3Config, tp_group=None, device="cpu", dtype=torch.float32):
         super().__init__()
         check_config(config, tp_world_size(tp_group))
         self.config = config
         self.tp_group = tp_group
-        self.model = Qwen3Backbone(config, tp_group, device, dtype)
+        self.model = nn.Module()  # a plain container, for HF's `model.` name prefix
+        self.model.embed_tokens = VocabParallelEmbedding(config.vocab_size, config.hidden_size, tp_group, device, dtype)
+        self.model.layers = nn.ModuleList(DecoderLayer(config, tp_group, device, dtype)
+                                          for _ in range(config.num_hidden_layers))
+        self.model.norm = RMSNorm(config.hidden_size, config.rms_norm_eps, device, dtype)
         # Tied (0.6B-4B): the head reuses embed_tokens' shard, which is split by the same vocab range.
         self.lm_head = None if config.tie_word_embeddings else ColumnParallelLinear(
             config.hidden_size, config.vocab_size, False, tp_group, device, dtype)
@@ -388,8 +371,7 @@ class Qwen3TP(nn.Module):
 
     def freeze(self) -> "Qwen3TP":
         """Reference-model mode: no parameter needs a gradient and forward never builds a graph."""
-        self.requires_grad_(False)
-        self.eval()
+        self.requires_grad_(False).eval()
         self.frozen = True
         return self
 
@@ -432,9 +414,7 @@ class Qwen3TP(nn.Module):
         with ExitStack() as stack:
             handles = {}
             for name, param in self.named_parameters():
-                full_shape = list(param.shape)
-                if param.shard_dim is not None:
-                    full_shape[param.shard_dim] *= tp
+                full_shape = [size * tp if dim == param.shard_dim else size for dim, size in enumerate(param.shape)]
                 file = weight_map.get(name)
                 if file is None:
                     raise CheckpointError(f"{path}: checkpoint has no tensor {name!r} (shape {full_shape})")
@@ -446,22 +426,16 @@ class Qwen3TP(nn.Module):
                 if list(tensor_slice.get_shape()) != full_shape:
                     raise CheckpointError(f"{path / file}: tensor {name!r} has shape {tensor_slice.get_shape()}, "
                                           f"config.json implies {full_shape}")
-                if param.shard_dim is None:
-                    local = tensor_slice[:]
-                else:  # read only this rank's rows (dim 0) or columns (dim 1)
-                    size = param.shape[param.shard_dim]
-                    rows = slice(rank * size, (rank + 1) * size)
-                    local = tensor_slice[rows] if param.shard_dim == 0 else tensor_slice[:, rows]
-                param.copy_(local)
+                # read only this rank's rows (shard_dim 0) or columns (shard_dim 1)
+                index = tuple(slice(rank * size, (rank + 1) * size) if dim == param.shard_dim else slice(None)
+                              for dim, size in enumerate(param.shape))
+                param.copy_(tensor_slice[index])
         self.source_dir = path
 
     @torch.no_grad()
     def full_state_dict(self, dtype: torch.dtype | None = None) -> dict[str, torch.Tensor]:
         """HF name -> full tensor on CPU, gathered over the TP group (every rank must call; all get it).
-
-        Like HF checkpoints, a tied model has no lm_head.weight: load it into a transformers model with
-        strict=False (its head stays tied to embed_tokens).
-        """
+        Like HF checkpoints, a tied model has no lm_head.weight: load it into transformers with strict=False."""
         return {name: full.to(device="cpu", dtype=dtype or full.dtype).contiguous()
                 for name, full in self.full_tensors()}
 
@@ -495,18 +469,12 @@ class Qwen3TP(nn.Module):
     @torch.no_grad()
     def clip_grad_norm_(self, max_norm: float) -> float:
         """Global gradient norm over the TP group (same on every rank), gradients scaled to max_norm.
-
-        torch.nn.utils.clip_grad_norm_ would see only this rank's shards and clip each rank differently.
-        Sharded gradients are summed over ranks; replicated ones are whole on every rank, counted once.
-        """
+        torch.nn.utils.clip_grad_norm_ would see only this rank's shards and clip each rank differently:
+        sharded gradients are summed over ranks; replicated ones are whole on every rank, counted once."""
         params = [p for p in self.parameters() if p.grad is not None]
-        sharded_sq, replicated_sq = (torch.zeros((), device=self.inv_freq.device) for _ in range(2))
-        for param in params:
-            square_sum = param.grad.float().pow(2).sum()
-            if param.shard_dim is None:
-                replicated_sq += square_sum
-            else:
-                sharded_sq += square_sum
+        zero = torch.zeros((), device=self.inv_freq.device)
+        sharded_sq = sum((p.grad.float().pow(2).sum() for p in params if p.shard_dim is not None), zero.clone())
+        replicated_sq = sum((p.grad.float().pow(2).sum() for p in params if p.shard_dim is None), zero)
         total = (_all_reduce_(sharded_sq, self.tp_group) + replicated_sq).sqrt().item()
         if total > max_norm:
             for param in params:
@@ -516,11 +484,9 @@ class Qwen3TP(nn.Module):
 
 def load_qwen3(path, tp_group=None, device="cpu", dtype=torch.float32, compute_dtype=None,
                frozen=False) -> Qwen3TP:
-    """Build Qwen3TP from an HF checkpoint dir's config.json and load this rank's slices.
-
-    dtype: parameter dtype (fp32 master weights for the policy, bf16 for a frozen reference);
-    compute_dtype: autocast dtype for forward (e.g. torch.bfloat16 on GPU); frozen: see Qwen3TP.freeze.
-    """
+    """Build Qwen3TP from an HF checkpoint dir's config.json and load this rank's slices. dtype: parameter
+    dtype (fp32 master weights for the policy, bf16 for a frozen reference); compute_dtype: autocast dtype
+    for forward (e.g. torch.bfloat16 on GPU); frozen: see Qwen3TP.freeze."""
     path = Path(path)
     if not (path / "config.json").exists():
         raise CheckpointError(f"{path}: no config.json (expected a Hugging Face checkpoint directory)")
@@ -537,17 +503,13 @@ def _row_chunks(num_rows: int, row_len: int) -> list[slice]:
     return [slice(start, min(start + step, num_rows)) for start in range(0, num_rows, step)]
 
 
-def _local_logsumexp(logits_shard) -> torch.Tensor:  # [T, V/tp] -> [T] fp32, over this rank's shard
+def _logsumexp(logits_shard, group):  # [T, V/tp] -> this shard's lse_r [T], full-vocab log Z [T] (fp32)
     local_lse = torch.empty(logits_shard.shape[0], dtype=torch.float32, device=logits_shard.device)
     for rows in _row_chunks(*logits_shard.shape):
         local_lse[rows] = torch.logsumexp(logits_shard[rows].float(), dim=-1)  # one fp32 chunk at a time
-    return local_lse
-
-
-def _combine_logsumexp(local_lse, group) -> torch.Tensor:  # [T] per rank -> [T] log Z over the full vocab
-    """log Z = log sum_r exp(lse_r), shifted by the max over ranks so nothing overflows."""
+    # log Z = log sum_r exp(lse_r), shifted by the max over ranks so nothing overflows
     global_max = _all_reduce_(local_lse.clone(), group, dist.ReduceOp.MAX)
-    return global_max + _all_reduce_(torch.exp(local_lse - global_max), group).log()
+    return local_lse, global_max + _all_reduce_(torch.exp(local_lse - global_max), group).log()
 
 
 class _VocabParallelLogProbs(torch.autograd.Function):
@@ -555,12 +517,8 @@ class _VocabParallelLogProbs(torch.autograd.Function):
 
     @staticmethod
     def forward(ctx, logits_shard, targets, group):
-        vocab_per_rank = logits_shard.shape[1]
-        local_targets = targets.long() - tp_rank(group) * vocab_per_rank
-        mine = (local_targets >= 0) & (local_targets < vocab_per_rank)
-        local_targets = local_targets.clamp(0, vocab_per_rank - 1)
-        local_lse = _local_logsumexp(logits_shard)
-        log_z = _combine_logsumexp(local_lse, group)  # [T]
+        local_targets, mine = _vocab_shard(targets, group, logits_shard.shape[1])
+        local_lse, log_z = _logsumexp(logits_shard, group)  # [T] each
         target_logit = logits_shard.gather(1, local_targets[:, None]).squeeze(1).float()
         target_logit = _all_reduce_(torch.where(mine, target_logit, 0.0), group)  # the owner contributes
         ctx.save_for_backward(logits_shard, local_targets, mine, local_lse, log_z)
@@ -588,8 +546,7 @@ def vocab_parallel_logprobs(logits_shard, targets, tp_group=None) -> torch.Tenso
 @torch.no_grad()
 def vocab_parallel_entropy(logits_shard, tp_group=None) -> torch.Tensor:
     """Entropy of the full-vocabulary softmax per token [T] fp32: log Z - E_p[z] (diagnostics, no grad)."""
-    local_lse = _local_logsumexp(logits_shard)
-    log_z = _combine_logsumexp(local_lse, tp_group)
+    local_lse, log_z = _logsumexp(logits_shard, tp_group)
     local_expected = torch.empty_like(log_z)  # E over this shard's softmax of z
     for rows in _row_chunks(*logits_shard.shape):
         chunk = logits_shard[rows].float()
