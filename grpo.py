@@ -331,9 +331,10 @@ class GRPOTrainer:
         return trajectories
 
     # ------------------------------------------------------------------ log-probs
-    def _packed_logprobs(self, model, trajectories, items, with_entropy=False):
-        """{trajectory index: [len] log-probs of each next token} over packed no-grad micro-batches."""
-        logprobs, entropy = {}, {}
+    def _packed_logprobs(self, model, trajectories, items):
+        """{trajectory index: [len] log-probs of each next token} over packed no-grad micro-batches, and
+        the sums over generated tokens of the entropy and of |sampling - recomputed log-prob|."""
+        logprobs, sums = {}, torch.zeros(2, dtype=torch.float64, device=self.d.device)
         lengths = [len(trajectories[i].tokens) for i in items]
         with torch.no_grad():
             for micro in pack_by_tokens(lengths, self.cfg.micro_batch_tokens):
@@ -341,17 +342,19 @@ class GRPOTrainer:
                 logits = model(batch.input_ids, batch.position_ids, batch.cu_seqlens)  # [T, V/tp]
                 lp = vocab_parallel_logprobs(logits, batch.targets, self.d.tp_group).float()
                 logprobs.update(zip(batch.index, batch.split(lp)))
-                if with_entropy:
-                    ent = vocab_parallel_entropy(logits, self.d.tp_group).float()
-                    entropy.update(zip(batch.index, batch.split(ent)))
-        return logprobs, entropy
+                entropy = vocab_parallel_entropy(logits, self.d.tp_group).float()
+                sampled = torch.tensor([x for i in batch.index for x in trajectories[i].sampling_logprobs[1:] + [0.0]],
+                                       device=self.d.device)
+                sums += torch.stack([(entropy * batch.action_mask).sum(),
+                                     ((sampled - lp).abs() * batch.action_mask).sum()]).double()
+        return logprobs, sums
 
     # ------------------------------------------------------------------ update
     def update(self, trajectories: list[Trajectory]) -> dict:
         cfg, d = self.cfg, self.d
         rewards = [t.reward.reward if t.reward is not None else 0.0 for t in trajectories]
         advantages, trainable = group_advantages(rewards, [t.group_id for t in trajectories])
-        groups = Counter(t.group_id for t in trajectories)
+        groups = {t.group_id for t in trajectories}
         signal_groups = {t.group_id for t, ok in zip(trajectories, trainable) if ok}
         metrics = {"non_trainable_ratio": 1.0 - len(signal_groups) / max(len(groups), 1)}
         train_items = [i for i in range(len(trajectories)) if trainable[i] or cfg.keep_zero_std_groups]
@@ -368,13 +371,13 @@ class GRPOTrainer:
 
         t0 = time.time()
         my_items = sorted(i for shard in my_shards for i in shard)
-        old_logprobs, entropy = self._packed_logprobs(self.policy, trajectories, my_items, with_entropy=True)
+        old_logprobs, diagnostics = self._packed_logprobs(self.policy, trajectories, my_items)
         ref_logprobs, _ = self._packed_logprobs(self.reference, trajectories, my_items)
         metrics["time/logprobs"] = time.time() - t0
 
         t0 = time.time()
-        # kl, clipped, entropy, policy loss, |sampling - recomputed log-prob|, tokens
-        sums = torch.zeros(6, dtype=torch.float64, device=d.device)
+        clip_high = cfg.clip_eps if cfg.clip_eps_high < 0 else cfg.clip_eps_high
+        sums = torch.zeros(4, dtype=torch.float64, device=d.device)  # kl, clipped, policy loss, tokens
         grad_norms = []
         self.policy.train()
         for minibatch, mine in zip(minibatches, my_shards):
@@ -388,22 +391,19 @@ class GRPOTrainer:
                 cat = lambda per_item: torch.cat([per_item[i] for i in batch.index])  # noqa: E731
                 adv = torch.cat([torch.full((lengths[i],), advantages[i], device=d.device) for i in batch.index])
                 token_loss, policy_loss, kl, clipped = grpo_token_losses(
-                    logprobs, cat(old_logprobs), cat(ref_logprobs), adv, cfg.clip_eps,
-                    cfg.clip_eps if cfg.clip_eps_high < 0 else cfg.clip_eps_high, cfg.kl_coef)
+                    logprobs, cat(old_logprobs), cat(ref_logprobs), adv, cfg.clip_eps, clip_high, cfg.kl_coef)
                 (token_loss * cat(weights)).sum().backward()
                 m = batch.action_mask
                 with torch.no_grad():
-                    sampled = torch.cat([torch.tensor(trajectories[i].sampling_logprobs[1:] + [0.0], device=d.device)
-                                         for i in batch.index])
-                    drift = (sampled - cat(old_logprobs)).abs()
-                    sums += torch.stack([(kl * m).sum(), (clipped * m).sum(), (cat(entropy) * m).sum(),
-                                         (policy_loss * m).sum(), (drift * m).sum(), m.sum()]).double()
+                    sums += torch.stack([(kl * m).sum(), (clipped * m).sum(), (policy_loss * m).sum(),
+                                         m.sum()]).double()
             grad_norms.append(self._reduce_and_clip_gradients())
             self.optimizer.step()
         self.policy.eval()
+        sums = torch.cat([sums, diagnostics])
         dist.all_reduce(sums, group=d.dp_group)
-        *totals, tokens = sums.tolist()
-        kl, clipped, ent, pl, drift = (x / max(tokens, 1) for x in totals)
+        kl, clipped, pl, tokens, ent, drift = sums.tolist()
+        kl, clipped, pl, ent, drift = (x / max(tokens, 1) for x in (kl, clipped, pl, ent, drift))
         # logprob_drift: the rollout replica's sampling log-probs vs the trainer's recomputation of the
         # same tokens. At temperature 1 it should be ~0 (bf16 noise on GPU); a large value means the
         # two models or the token bookkeeping disagree.
